@@ -1,0 +1,94 @@
+"""The pipeline behind `onnx2gemmini MODEL.onnx` and `o2g.compile`: load -> passes -> calibrate ->
+quantize -> plan. Writing artifacts and running the plan hang off the result."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from .calibrate import calibrate
+from .config import GemminiConfig, load_config
+from .data import Dataset, load_data, random_data
+from .graph import Graph, from_onnx
+from .load import LoadedModel, load, parse_input_shapes
+from .passes import run_passes
+from .plan import Plan
+from .planner import build_plan, preflight
+from .quantize import QuantTable, build_table
+from .run.emulator import Emulator, dequantize
+
+log = logging.getLogger("onnx2gemmini")
+RANDOM_CALIB_SAMPLES = 8
+
+
+@dataclass
+class Compiled:
+    """A compiled model: the plan plus what produced it; `run` emulates, `write` emits the artifacts."""
+
+    loaded: LoadedModel
+    graph: Graph                 # after the rewrite passes
+    quant: QuantTable
+    plan: Plan
+    config: GemminiConfig
+    changes: list[str]
+    timing: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    command: str = ""
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
+        return dequantize(self.plan, Emulator(self.plan).run(inputs))
+
+    def run_int8(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """int8 outputs by ONNX name (the bytes the Gemmini program produces)."""
+        out = Emulator(self.plan).run(inputs)
+        return {self.plan.tensors[t].onnx_name: out[t] for t in self.plan.outputs}
+
+    def write(self, out_dir: "str | Path", emit: "tuple[str, ...] | None" = None, force: bool = False) -> Path:
+        from .emit.writer import write_outputs
+        return write_outputs(self, Path(out_dir), emit, force)
+
+
+def prepare(model_path, input_shape=None, config=None) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
+    """Load, check and rewrite a model, and pre-flight it (no data needed)."""
+    cfg = load_config(config)
+    loaded = load(model_path, parse_input_shapes(input_shape))
+    graph, changes = run_passes(from_onnx(loaded.model), cfg)
+    preflight(graph)
+    return loaded, graph, cfg, changes
+
+
+def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
+            calib_method: str = "minmax", command: str = "") -> Compiled:
+    """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options)."""
+    timing = {}
+    t0 = time.perf_counter()
+    loaded, graph, cfg, changes = prepare(model, input_shape, config)
+    timing["load_s"] = time.perf_counter() - t0
+    warnings = []
+    t = time.perf_counter()
+    if calib is None:
+        data = random_data(graph.inputs, num_calib or RANDOM_CALIB_SAMPLES)
+        warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
+                        "accuracy on real data will suffer")
+    else:
+        data = calib if isinstance(calib, Dataset) else load_data(calib, graph.inputs)
+        data = data.head(num_calib)
+    amax = calibrate(loaded.model, data, calib_method)
+    timing["calibrate_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    quant = build_table(graph, amax, calib_method, data.num_samples)
+    timing["quantize_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    name = Path(str(model)).stem
+    plan = build_plan(graph, quant, cfg, name, loaded.sha256)
+    timing["plan_s"] = time.perf_counter() - t
+    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, command)
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)

@@ -1,0 +1,158 @@
+"""The compiled quantization as a QDQ ONNX model: onnxruntime's golden reference.
+
+Every quantized tensor T appears as Q(T__preq) -> T__q -> DQ -> T, so the QDQ model keeps the original
+tensor names for the dequantized values, and per-layer sub-models can start at any `T__preq`.
+At onnxruntime's default optimization level DQ->Conv/Gemm->Q fuse into integer kernels (QLinearConv,
+QGemm), which compute exactly Gemmini's arithmetic (spec/golden-reference.md §1).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..graph import Graph, Node, topological
+from ..ops.registry import lookup
+from ..quantize import QuantTable
+
+QDQ_OPSET = 13
+
+
+class _Builder:
+    def __init__(self, graph: Graph, quant: QuantTable):
+        self.graph, self.quant = graph, quant
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._names: set[str] = set()
+
+    def init(self, name: str, value: np.ndarray) -> str:
+        if name not in self._names:
+            self._names.add(name)
+            self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs) -> None:
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attrs))
+
+    def dq_const(self, base: str, q: np.ndarray, scale: float) -> str:
+        zero = np.zeros((), np.int32 if q.dtype == np.int32 else np.int8)
+        self.init(f"{base}__q", q)
+        self.init(f"{base}__scale", np.float32(scale))
+        self.init(f"{base}__zp", zero)
+        self.node("DequantizeLinear", [f"{base}__q", f"{base}__scale", f"{base}__zp"], [f"{base}__dq"],
+                  name=f"{base}__DequantizeLinear")
+        return f"{base}__dq"
+
+    def qdq(self, preq: str, tensor: str, scale_of: str | None = None) -> None:
+        """Q then DQ with the scale of `scale_of` (default: the tensor's): preq -> tensor__q -> tensor."""
+        key = scale_of or tensor
+        s = self.init(f"{key}__scale", np.float32(self.quant.scales[key]))
+        z = self.init(f"{key}__zp", np.zeros((), np.int8))
+        self.node("QuantizeLinear", [preq, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear")
+        self.node("DequantizeLinear", [f"{tensor}__q", s, z], [tensor], name=f"{tensor}__DequantizeLinear")
+
+    def activation_chain(self, node: Node, raw: str) -> None:
+        """raw -> Q/DQ -> [Relu|Clip -> Q/DQ] -> [MaxPool -> Q/DQ], ending at node's output name."""
+        out = node.outputs[0]
+        stages = []
+        if node.fused.get("activation") == "relu":
+            stages.append("clip" if "clip" in node.fused else "relu")
+        if "pool" in node.fused:
+            stages.append("pool")
+        current = raw
+        for i, stage in enumerate([None] + stages):
+            if stage == "relu":
+                self.node("Relu", [current], [f"{out}__relu"], name=f"{node.name}__Relu")
+                current = f"{out}__relu"
+            elif stage == "clip":
+                lo, hi = node.fused["clip"]
+                lo_n = self.init(f"{out}__clip_lo", np.float32(lo))
+                hi_n = self.init(f"{out}__clip_hi", np.float32(hi))
+                self.node("Clip", [current, lo_n, hi_n], [f"{out}__clip"], name=f"{node.name}__Clip")
+                current = f"{out}__clip"
+            elif stage == "pool":
+                p = node.fused["pool"]
+                self.node("MaxPool", [current], [f"{out}__pool"], name=f"{node.name}__MaxPool",
+                          kernel_shape=[p["size"]] * 2, strides=[p["stride"]] * 2, pads=[p["padding"]] * 4)
+                current = f"{out}__pool"
+            last = i == len(stages)
+            target = out if last else f"{out}__s{i}"
+            preq = f"{out}__preq" if last else current
+            if last:
+                self.node("Identity", [current], [preq], name=f"{out}__preq_Identity")
+            self.qdq(preq, target, out)
+            current = target
+
+    def lower(self, node: Node) -> None:
+        op, ins, out = node.op_type, node.inputs, node.outputs[0]
+        raw = f"{out}__raw"
+        if op == "Conv":
+            wq = self.quant.weights[node.name]
+            w = self.dq_const(f"{node.name}__W", wq.q, wq.scale)
+            conv_in = [ins[0], w]
+            if wq.bias is not None:
+                conv_in.append(self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale))
+            attrs = {k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group",
+                                                                  "kernel_shape", "pads", "strides")}
+            self.node("Conv", conv_in, [raw], name=node.name, **attrs)
+            self.activation_chain(node, raw)
+        elif op in ("Gemm", "MatMul"):
+            wq = self.quant.weights[node.name]
+            w = self.dq_const(f"{node.name}__W", wq.q, wq.scale)
+            gemm_in = [ins[0], w]
+            if wq.bias is not None:
+                gemm_in.append(self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale))
+            in_shape, out_shape = self.graph.shapes[ins[0]], self.graph.shapes[out]
+            if len(in_shape) != 2:
+                flat = self.init(f"{node.name}__flat_shape", np.array([-1, in_shape[-1]], np.int64))
+                self.node("Reshape", [ins[0], flat], [f"{out}__a2d"], name=f"{node.name}__Reshape_in")
+                gemm_in[0] = f"{out}__a2d"
+                self.node("Gemm", gemm_in, [f"{raw}2d"], name=node.name)
+                back = self.init(f"{node.name}__out_shape", np.array(out_shape, np.int64))
+                self.node("Reshape", [f"{raw}2d", back], [raw], name=f"{node.name}__Reshape_out")
+            else:
+                self.node("Gemm", gemm_in, [raw], name=node.name)
+            self.activation_chain(node, raw)
+        elif op in ("Add", "Sum"):
+            self.node("Add", list(ins), [raw], name=node.name)
+            self.activation_chain(node, raw)
+        elif op == "Dropout":  # inference: the identity
+            self.node("Identity", [ins[0]], [f"{out}__preq"], name=node.name)
+            self.qdq(f"{out}__preq", out)
+        else:  # views, pools, Relu, Clip, Softmax: the float op between DQ and Q (views stay exact)
+            extra = [self.init(i, self.graph.initializers[i]) for i in ins[1:] if i]
+            attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
+            self.node(op, [ins[0]] + extra, [f"{out}__preq"], name=node.name, **attrs)
+            self.qdq(f"{out}__preq", out)
+
+
+def build_qdq(graph: Graph, quant: QuantTable, name: str = "model") -> onnx.ModelProto:
+    """A QDQ model computing the compiled quantization; inputs/outputs keep the original names."""
+    b = _Builder(graph, quant)
+    inputs = [helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, vi.shape) for vi in graph.inputs]
+    # Model inputs: the float input is quantized and dequantized under a new name, then readers use it.
+    renamed = {vi.name: f"{vi.name}__fq" for vi in graph.inputs}
+    for vi in graph.inputs:
+        scale = quant.scales[vi.name]
+        s = b.init(f"{vi.name}__scale", np.float32(scale))
+        z = b.init(f"{vi.name}__zp", np.zeros((), np.int8))
+        b.node("QuantizeLinear", [vi.name, s, z], [f"{vi.name}__q"], name=f"{vi.name}__QuantizeLinear")
+        b.node("DequantizeLinear", [f"{vi.name}__q", s, z], [renamed[vi.name]],
+               name=f"{vi.name}__DequantizeLinear")
+    for node in topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers)):
+        if lookup(node.op_type, graph.opset, node.domain) is None:
+            raise ValueError(f"no handler for {node.op_type}")
+        n = Node(node.name, node.op_type, [renamed.get(i, i) for i in node.inputs], list(node.outputs),
+                 dict(node.attrs), node.domain, dict(node.fused))
+        b.lower(n)
+    outputs = [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, o.shape) for o in graph.outputs]
+    g = helper.make_graph(b.nodes, f"{name}_qdq", inputs, outputs, b.inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", max(QDQ_OPSET, graph.opset))],
+                              producer_name="onnx2gemmini")
+    model.ir_version = min(model.ir_version, 9)
+    return model
+
+
+def input_tensor_name(graph: Graph, tensor: str) -> str:
+    """Where a per-layer sub-model must be fed to re-create `tensor` exactly (q * s goes in)."""
+    return tensor if any(vi.name == tensor for vi in graph.inputs) else f"{tensor}__preq"

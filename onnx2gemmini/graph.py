@@ -1,0 +1,216 @@
+"""The compiler's graph: plain nodes for the rewrite passes, read-only views for the op handlers.
+
+Attributes are decoded once, with the op schema's defaults filled in, and inputs are reachable by the
+names the ONNX spec gives them (X, W, B, ...), so a handler never touches protobuf.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .errors import ModelError
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass
+class Node:
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+    domain: str = ""
+    # Set by fusion passes: {"activation": "relu"|"clip", "clip": (lo, hi), "pool": {...}, "bias": name}.
+    fused: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Graph:
+    name: str
+    opset: int
+    nodes: list[Node]
+    initializers: dict[str, np.ndarray]
+    inputs: list[ValueInfo]
+    outputs: list[ValueInfo]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype]
+
+    def copy(self) -> "Graph":
+        return Graph(self.name, self.opset, copy.deepcopy(self.nodes), dict(self.initializers),
+                     list(self.inputs), list(self.outputs), dict(self.shapes), dict(self.dtypes))
+
+    def producer(self, tensor: str) -> Node | None:
+        for node in self.nodes:
+            if tensor in node.outputs:
+                return node
+        return None
+
+    def consumers(self, tensor: str) -> list[Node]:
+        return [n for n in self.nodes if tensor in n.inputs]
+
+    def is_graph_output(self, tensor: str) -> bool:
+        return any(o.name == tensor for o in self.outputs)
+
+    def only_consumer(self, tensor: str) -> Node | None:
+        """The single node reading `tensor`, if it is read once and is not a graph output."""
+        users = self.consumers(tensor)
+        if len(users) == 1 and not self.is_graph_output(tensor) and users[0].inputs.count(tensor) == 1:
+            return users[0]
+        return None
+
+    def const(self, tensor: str) -> np.ndarray | None:
+        return self.initializers.get(tensor)
+
+
+def decode_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
+    """Attributes of `node` as Python values, with the schema's defaults filled in."""
+    attrs: dict[str, Any] = {}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        schema = None
+    if schema is not None:
+        for name, attr in schema.attributes.items():
+            if attr.default_value.type != onnx.AttributeProto.UNDEFINED:
+                attrs[name] = _plain(helper.get_attribute_value(attr.default_value))
+    for attr in node.attribute:
+        attrs[attr.name] = _plain(helper.get_attribute_value(attr))
+    return attrs
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return value
+
+
+def input_names(op_type: str, opset: int, domain: str = "") -> list[str]:
+    """The spec names of an op's inputs (variadic last input repeated by index)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return []
+    return [p.name for p in schema.inputs]
+
+
+class NodeView:
+    """Read-only view of one node for handlers: spec-named inputs, shapes, constants, decoded attributes."""
+
+    def __init__(self, node: Node, graph: Graph):
+        self._node = node
+        self._graph = graph
+        self.name = node.name
+        self.op_type = node.op_type
+        self.inputs: tuple[str, ...] = tuple(node.inputs)
+        self.outputs: tuple[str, ...] = tuple(node.outputs)
+        self.attrs: Mapping[str, Any] = MappingProxyType(dict(node.attrs))
+        self.fused: Mapping[str, Any] = MappingProxyType(dict(node.fused))
+        self._spec = input_names(node.op_type, graph.opset, node.domain)
+
+    def input(self, spec_name: str) -> str | None:
+        """Tensor name bound to the spec input `spec_name` (None when absent)."""
+        if spec_name not in self._spec:
+            raise KeyError(f"{self.op_type} has no input named {spec_name}")
+        i = self._spec.index(spec_name)
+        if i < len(self.inputs) and self.inputs[i]:
+            return self.inputs[i]
+        return None
+
+    @property
+    def output(self) -> str:
+        return self.outputs[0]
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        return self._graph.shapes[tensor]
+
+    def const(self, tensor: str | None) -> np.ndarray | None:
+        if tensor is None:
+            return None
+        value = self._graph.const(tensor)
+        if value is not None:
+            value = value.view()
+            value.flags.writeable = False
+        return value
+
+    def is_const(self, tensor: str | None) -> bool:
+        return tensor is not None and tensor in self._graph.initializers
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+
+def from_onnx(model: onnx.ModelProto) -> Graph:
+    """Build the compiler graph from a loaded, shape-inferred, fully static model."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    g = model.graph
+    initializers = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, np.dtype] = {}
+    for name, arr in initializers.items():
+        shapes[name], dtypes[name] = tuple(arr.shape), arr.dtype
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        t = vi.type.tensor_type
+        if not t.HasField("shape"):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+        shapes[vi.name] = dims
+        dtypes[vi.name] = helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else np.dtype(np.float32)
+    nodes = []
+    used_names: set[str] = set()
+    for i, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{i}"
+        while name in used_names:
+            name = f"{name}_{i}"
+        used_names.add(name)
+        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), decode_attributes(n, opset), n.domain))
+
+    def info(vi: onnx.ValueInfoProto) -> ValueInfo:
+        if vi.name not in shapes or any(d < 0 for d in shapes[vi.name]):
+            raise ModelError(f"tensor '{vi.name}' has no static shape after shape inference; "
+                             f"fix it with --input-shape")
+        return ValueInfo(vi.name, shapes[vi.name], dtypes[vi.name])
+
+    inputs = [info(vi) for vi in g.input if vi.name not in initializers]
+    outputs = [info(vi) for vi in g.output]
+    graph = Graph(g.name or "model", opset, nodes, initializers, inputs, outputs, shapes, dtypes)
+    for node in nodes:
+        for out in node.outputs:
+            if out and (out not in shapes or any(d < 0 for d in shapes[out])):
+                raise ModelError(f"node '{node.name}' ({node.op_type}): output '{out}' has no static shape "
+                                 f"after shape inference")
+    return graph
+
+
+def topological(nodes: Iterable[Node], available: Iterable[str]) -> list[Node]:
+    """Nodes in an order where every input is produced before it is read."""
+    ready = set(available) | {""}
+    pending = list(nodes)
+    ordered: list[Node] = []
+    while pending:
+        progressed = False
+        for node in list(pending):
+            if all(i in ready for i in node.inputs):
+                ordered.append(node)
+                ready.update(node.outputs)
+                pending.remove(node)
+                progressed = True
+        if not progressed:
+            names = ", ".join(n.name for n in pending[:5])
+            raise ModelError(f"graph has a cycle or reads undefined tensors at nodes: {names}")
+    return ordered

@@ -1,0 +1,63 @@
+"""Lowering pieces several handlers share: layout changes and the Gemmini matmul step."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import NodeView
+from ..plan import NO_ACTIVATION, RELU, CpuOp, Matmul, Tensor
+from ..quantize import multiplier
+from .context import LowerContext
+from .registry import Lowered
+
+
+def activation_code(node: NodeView) -> int:
+    return RELU if node.fused.get("activation") == "relu" else NO_ACTIVATION
+
+
+def to_plain(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> Tensor:
+    """`t` in ONNX layout: NHWC data whose order differs gets an int8 transpose on the CPU."""
+    if t.layout != "NHWC":
+        return t
+    n, h, w, c = t.shape
+    if h * w == 1 or c == 1:  # same byte order either way
+        view = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale, view_of=t.id)
+        lowered.tensors.append(view)
+        return view
+    out = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale)
+    lowered.tensors.append(out)
+    lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(t.id,), outputs=(out.id,),
+                               params={"perm": [0, 3, 1, 2]},
+                               reason=f"{node.op_type} reads ONNX (NCHW) order; Gemmini tensors are NHWC"))
+    return out
+
+
+def to_nhwc(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> Tensor:
+    """`t` as NHWC for a Gemmini conv: plain 4-D data gets an int8 transpose on the CPU."""
+    if t.layout == "NHWC":
+        return t
+    n, c, h, w = t.shape
+    if h * w == 1 or c == 1:
+        view = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC", view_of=t.id)
+        lowered.tensors.append(view)
+        return view
+    out = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC")
+    lowered.tensors.append(out)
+    lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(t.id,), outputs=(out.id,),
+                               params={"perm": [0, 2, 3, 1]},
+                               reason="Gemmini convs read NHWC; this tensor arrives in ONNX order"))
+    return out
+
+
+def matmul(node: NodeView, ctx: LowerContext, a: Tensor, I: int, K: int, c: Tensor,
+           weights: np.ndarray, bias: np.ndarray | None, s_in: float, s_w: float) -> Lowered:
+    """One tiled_matmul_auto with constant int8 weights [K][J] and an int32 bias row."""
+    J = weights.shape[1]
+    b_id = ctx.const_id(node.name, "W")
+    d_id = ctx.const_id(node.name, "b") if bias is not None else None
+    constants = {b_id: np.ascontiguousarray(weights, np.int8)}
+    if bias is not None:
+        constants[d_id] = np.ascontiguousarray(bias, np.int32)
+    step = Matmul(node.name, I=I, J=J, K=K, A=a.id, B=b_id, D=d_id, C=c.id,
+                  stride_A=K, stride_B=J, stride_D=J, stride_C=J, act=activation_code(node),
+                  scale=multiplier(s_in, s_w, c.scale), repeating_bias=True)
+    return Lowered([step], [], constants)

@@ -1,0 +1,107 @@
+"""Add/Sum of two activations (Gemmini's resadd), and standalone Relu / Clip as int8 CPU kernels.
+
+resadd saturates each scaled input to int8 before adding, so both input scales are kept <= 1:
+A_scale = sa/m, B_scale = sb/m, C_scale = m/so with m = max(sa, sb) (spec/gemmini.md §2.8).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import NodeView
+from ..passes.fuse_activation import clip_bounds
+from ..plan import CpuOp, Resadd
+from ..quantize import f32
+from .context import LowerContext
+from .registry import Handler, Lowered, handler
+
+
+def resadd_scales(sa: float, sb: float, so: float) -> tuple[float, float, float]:
+    m = max(sa, sb)
+    return f32(np.float32(sa) / np.float32(m)), f32(np.float32(sb) / np.float32(m)), \
+        f32(np.float32(m) / np.float32(so))
+
+
+def resadd_tolerance(c_scale: float) -> int:
+    """LSB bound vs onnxruntime's float Add: one rounding of the rescaled input, then the output's."""
+    return 1 + int(np.floor(0.5 * c_scale))
+
+
+class _ResaddHandler(Handler):
+    gemmini = "tiled_resadd_auto (fused ReLU)"
+    limits = "two activations of the same shape; broadcasting or constant operands are refused"
+
+    def check(self, node, ctx):
+        reasons = []
+        if len(node.inputs) != 2:
+            reasons.append(f"{len(node.inputs)} operands (Gemmini adds two)")
+            return reasons
+        for t in node.inputs:
+            if node.is_const(t):
+                reasons.append(f"constant operand '{t}' not fused into a bias")
+        if len({node.shape(t) for t in node.inputs}) != 1:
+            reasons.append("broadcasting add")
+        return reasons
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        a, b = (ctx.tensor(t) for t in node.inputs)
+        if a.layout != b.layout:
+            raise AssertionError("resadd operands in different layouts")
+        y = ctx.output(node.output, a.shape, a.layout)
+        i, j = int(np.prod(a.shape[:-1])), a.shape[-1]
+        sa, sb, sc = resadd_scales(a.scale, b.scale, y.scale)
+        step = Resadd(node.name, I=i, J=j, A_scale=sa, B_scale=sb, C_scale=sc, A=a.id, B=b.id, C=y.id,
+                      relu=node.fused.get("activation") == "relu")
+        return Lowered([step], [y])
+
+
+@handler("Add", since=1)
+class AddHandler(_ResaddHandler):
+    pass
+
+
+@handler("Sum", since=1)
+class SumHandler(_ResaddHandler):
+    pass
+
+
+class _UnaryInt8(Handler):
+    output_scale = "input"
+
+    def bounds(self, node: NodeView, scale: float) -> tuple[int, int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        x = ctx.tensor(node.inputs[0])
+        y = ctx.output(node.output, x.shape, x.layout)
+        lo, hi = self.bounds(node, x.scale)
+        step = CpuOp(node.name, op="clip", inputs=(x.id,), outputs=(y.id,), params={"lo": lo, "hi": hi},
+                     reason=f"standalone {node.op_type} (not after a Gemmini matmul/conv/resadd)")
+        return Lowered([step], [y])
+
+
+@handler("Relu", since=1)
+class ReluHandler(_UnaryInt8):
+    gemmini = "fused into the preceding matmul/conv/resadd"
+    limits = "otherwise an int8 max(x, 0) on the CPU"
+
+    def bounds(self, node, scale):
+        return 0, 127
+
+
+@handler("Clip", since=1)
+class ClipHandler(_UnaryInt8):
+    gemmini = "Clip(0, hi) fused into the preceding matmul/conv (output scale hi/127)"
+    limits = "otherwise an exact int8 clip on the CPU; bounds must be constant"
+
+    def check(self, node, ctx):
+        return [] if self._bounds(node) is not None else ["non-constant clip bounds"]
+
+    @staticmethod
+    def _bounds(node: NodeView):
+        return clip_bounds(node.attrs, node.inputs, node.const)
+
+    def bounds(self, node, scale):
+        lo, hi = self._bounds(node)
+        qlo = -128 if lo == float("-inf") else int(np.clip(np.rint(np.float32(lo) / np.float32(scale)), -128, 127))
+        qhi = 127 if hi == float("inf") else int(np.clip(np.rint(np.float32(hi) / np.float32(scale)), -128, 127))
+        return qlo, qhi

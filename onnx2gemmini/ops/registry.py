@@ -1,0 +1,84 @@
+"""The handler registry: `@handler("Conv", since=11)`; the newest `since` <= the model's opset wins.
+
+A handler is a small class with pure methods. `check` lists why a node cannot be converted at all;
+`lower` returns plan steps (Gemmini calls, or CPU steps that carry their reason). Limits are data, so
+`onnx2gemmini ops` and docs/supported_ops.md are generated from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from ..graph import NodeView
+from ..plan import Step, Tensor
+
+
+@dataclass
+class Lowered:
+    """What a handler returns: steps, the tensors they create, and constant data."""
+
+    steps: list[Step] = field(default_factory=list)
+    tensors: list[Tensor] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, other: "Lowered") -> "Lowered":
+        self.steps += other.steps
+        self.tensors += other.tensors
+        self.constants.update(other.constants)
+        return self
+
+
+class Handler:
+    op_type: ClassVar[str] = ""
+    since: ClassVar[int] = 1
+    domain: ClassVar[str] = ""
+    gemmini: ClassVar[str] = ""          # the Gemmini mapping, for the support table
+    limits: ClassVar[str] = ""           # what falls back to the CPU or is refused
+    output_scale: ClassVar[str] = "calibrated"   # or "input": the output shares the input's scale
+
+    def check(self, node: NodeView, ctx: Any) -> list[str]:
+        """Reasons this node cannot be converted at all (empty: convertible)."""
+        return []
+
+    def float_weights(self, node: NodeView) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """(weights, bias) in the handler's canonical float layout, for quantize.py; None if none."""
+        return None
+
+    def lower(self, node: NodeView, ctx: Any) -> Lowered:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+_REGISTRY: dict[tuple[str, str], dict[int, Handler]] = {}
+
+
+def handler(op_type: str, since: int = 1, domain: str = "") -> Callable[[type], type]:
+    """Register a handler class for `op_type` valid from opset `since`; duplicates are refused."""
+    def register(cls: type) -> type:
+        versions = _REGISTRY.setdefault((domain, op_type), {})
+        if since in versions:
+            raise ValueError(f"duplicate handler for {op_type} since {since}")
+        cls.op_type, cls.since, cls.domain = op_type, since, domain
+        versions[since] = cls()
+        return cls
+    return register
+
+
+def lookup(op_type: str, opset: int, domain: str = "") -> Handler | None:
+    domain = "" if domain == "ai.onnx" else domain
+    versions = _REGISTRY.get((domain, op_type), {})
+    eligible = [v for v in versions if v <= opset]
+    return versions[max(eligible)] if eligible else None
+
+
+def all_handlers() -> list[Handler]:
+    _load_all()
+    return [h for _, versions in sorted(_REGISTRY.items()) for _, h in sorted(versions.items())]
+
+
+def _load_all() -> None:
+    from . import conv, elementwise, gemm, pool, shape, softmax  # noqa: F401  (registration)
+
+
+_load_all()

@@ -1,0 +1,56 @@
+"""Flatten, Reshape, Identity, Dropout: views of the same int8 bytes (an NHWC -> NCHW move when needed)."""
+from __future__ import annotations
+
+from ..graph import NodeView
+from .common import to_plain
+from .context import LowerContext
+from .registry import Handler, Lowered, handler
+
+
+class _View(Handler):
+    gemmini = "none needed: a view of the same int8 buffer"
+    limits = "4-D NHWC inputs are first moved to ONNX order on the CPU when the order matters"
+    output_scale = "input"
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        x = ctx.tensor(node.inputs[0])
+        out_shape = node.shape(node.output)
+        if self.keeps_layout(node) and x.layout == "NHWC":
+            y = ctx.output(node.output, x.shape, "NHWC", view_of=x.id)
+        else:
+            x = to_plain(node, ctx, x, lowered)
+            y = ctx.output(node.output, out_shape, "plain", view_of=x.id)
+        lowered.tensors.append(y)
+        return lowered
+
+    def keeps_layout(self, node: NodeView) -> bool:
+        return False
+
+
+@handler("Flatten", since=1)
+class FlattenHandler(_View):
+    pass
+
+
+@handler("Reshape", since=5)
+class ReshapeHandler(_View):
+    def check(self, node, ctx):
+        return [] if node.is_const(node.inputs[1]) else ["shape is not constant"]
+
+
+@handler("Identity", since=1)
+class IdentityHandler(_View):
+    def keeps_layout(self, node):
+        return True
+
+
+@handler("Dropout", since=1)
+class DropoutHandler(_View):
+    limits = "inference only: the identity; the mask output is refused"
+
+    def check(self, node, ctx):
+        return ["the mask output"] if len(node.outputs) > 1 and node.outputs[1] else []
+
+    def keeps_layout(self, node):
+        return True

@@ -1,0 +1,31 @@
+"""Graph rewrites that run before the handlers, one pattern per module.
+
+Each pass takes the graph and the Gemmini config, rewrites the graph in place and returns a change log
+(one line per rewrite) for `-v`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..config import GemminiConfig
+from ..graph import Graph
+from . import bias_add, bn_fold, fuse_activation, fuse_maxpool
+
+Pass = Callable[[Graph, GemminiConfig], list[str]]
+
+# Order matters: BN folds into the conv before the bias add and the activation attach to it.
+PASSES: tuple[tuple[str, Pass], ...] = (
+    ("bn_fold", bn_fold.run),
+    ("bias_add", bias_add.run),
+    ("fuse_activation", fuse_activation.run),
+    ("fuse_maxpool", fuse_maxpool.run),
+)
+
+
+def run_passes(graph: Graph, config: GemminiConfig) -> tuple[Graph, list[str]]:
+    """A rewritten copy of `graph` and the change log of every pass."""
+    graph = graph.copy()
+    changes: list[str] = []
+    for name, rewrite in PASSES:
+        changes.extend(f"{name}: {line}" for line in rewrite(graph, config))
+    return graph, changes

@@ -1,0 +1,23 @@
+"""Small graph edits the passes share."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Graph
+
+
+def absorb_successor(graph: Graph, node, successor) -> None:
+    """`node` takes over `successor`'s output tensor; `successor` disappears."""
+    node.outputs[0] = successor.outputs[0]
+    graph.nodes.remove(successor)
+
+
+def add_initializer(graph: Graph, base: str, value: np.ndarray) -> str:
+    """Store `value` under a fresh name derived from `base`."""
+    name, i = base, 1
+    while name in graph.initializers or name in graph.shapes:
+        name, i = f"{base}_{i}", i + 1
+    graph.initializers[name] = value
+    graph.shapes[name] = tuple(value.shape)
+    graph.dtypes[name] = value.dtype
+    return name

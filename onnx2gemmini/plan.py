@@ -1,0 +1,265 @@
+"""The Plan: the one contract between the front end (handlers, tiling) and the back ends (emitters, runners).
+
+Every dataclass is frozen and mirrors a gemmini.h call field for field, so an emitter prints a step and a
+runner executes it without knowing anything about ONNX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+NO_ACTIVATION, RELU = 0, 1
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A buffer. Activations are int8; 4-D activations are stored NHWC (`layout`), the rest row-major."""
+
+    id: str
+    onnx_name: str
+    shape: tuple[int, ...]          # in storage layout
+    dtype: str = "int8"             # int8 | int32 | float32
+    layout: str = "plain"           # plain | NHWC (ONNX NCHW data stored channels-last)
+    scale: float | None = None
+    kind: str = "activation"        # input | activation | output | weight | bias | temp
+    view_of: str | None = None      # same bytes as another tensor, only the shape differs
+
+    @property
+    def onnx_shape(self) -> tuple[int, ...]:
+        if self.layout == "NHWC":
+            n, h, w, c = self.shape
+            return (n, c, h, w)
+        return self.shape
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class Step:
+    """Base of every plan step: `node` is the ONNX node it implements, `target` where it runs."""
+
+    kind: ClassVar[str] = "step"
+    target: ClassVar[str] = "gemmini"
+    node: str
+
+    def reads(self) -> tuple[str, ...]:
+        return ()
+
+    def writes(self) -> tuple[str, ...]:
+        return ()
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "target": self.target}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            d[f.name] = list(v) if isinstance(v, tuple) else v
+        return d
+
+
+@dataclass(frozen=True)
+class Quantize(Step):
+    """QuantizeLinear of a float model input (and NCHW -> NHWC for 4-D inputs): runs on the CPU."""
+
+    kind: ClassVar[str] = "quantize"
+    target: ClassVar[str] = "cpu"
+    input: str = ""
+    output: str = ""
+    scale: float = 1.0
+    to_nhwc: bool = False
+
+    def reads(self):
+        return (self.input,)
+
+    def writes(self):
+        return (self.output,)
+
+
+@dataclass(frozen=True)
+class Matmul(Step):
+    """tiled_matmul_auto / tiled_matmul: C[I][J] = act(scale * (A[I][K] B[K][J] + D)), WS dataflow."""
+
+    kind: ClassVar[str] = "matmul"
+    I: int = 0
+    J: int = 0
+    K: int = 0
+    A: str = ""
+    B: str = ""
+    D: str | None = None
+    C: str = ""
+    stride_A: int = 0
+    stride_B: int = 0
+    stride_D: int = 0
+    stride_C: int = 0
+    act: int = NO_ACTIVATION
+    scale: float = 1.0
+    repeating_bias: bool = True
+    tiles: dict | None = None  # {"tile_I", "tile_J", "tile_K"} in DIM blocks; None = gemmini.h's heuristic
+
+    def reads(self):
+        return (self.A, self.B) + ((self.D,) if self.D else ())
+
+    def writes(self):
+        return (self.C,)
+
+    @property
+    def macs(self) -> int:
+        return self.I * self.J * self.K
+
+
+@dataclass(frozen=True)
+class Conv(Step):
+    """tiled_conv_auto / tiled_conv: NHWC input, [KH*KW*IC][OC] weights, int32 bias, fused ReLU and max-pool."""
+
+    kind: ClassVar[str] = "conv"
+    batch_size: int = 1
+    in_row_dim: int = 0
+    in_col_dim: int = 0
+    in_channels: int = 0
+    out_channels: int = 0
+    out_row_dim: int = 0
+    out_col_dim: int = 0
+    stride: int = 1
+    input_dilation: int = 1
+    kernel_dilation: int = 1
+    padding: int = 0
+    kernel_dim: int = 1
+    input: str = ""
+    weights: str = ""
+    bias: str | None = None
+    output: str = ""
+    act: int = NO_ACTIVATION
+    scale: float = 1.0
+    pool_size: int = 0
+    pool_stride: int = 0
+    pool_padding: int = 0
+    tiles: dict | None = None  # batches, porows, pocols, pochs, krows, kcols, kchs
+
+    def reads(self):
+        return (self.input, self.weights) + ((self.bias,) if self.bias else ())
+
+    def writes(self):
+        return (self.output,)
+
+    @property
+    def pool_out_dims(self) -> tuple[int, int]:
+        if not self.pool_stride:
+            return self.out_row_dim, self.out_col_dim
+        return tuple((d + 2 * self.pool_padding - self.pool_size) // self.pool_stride + 1
+                     for d in (self.out_row_dim, self.out_col_dim))
+
+    @property
+    def macs(self) -> int:
+        return (self.batch_size * self.out_row_dim * self.out_col_dim * self.out_channels
+                * self.kernel_dim * self.kernel_dim * self.in_channels)
+
+
+@dataclass(frozen=True)
+class Resadd(Step):
+    """tiled_resadd_auto: C = act(C_scale * (sat8(A * A_scale) + sat8(B * B_scale))) over an I x J matrix."""
+
+    kind: ClassVar[str] = "resadd"
+    I: int = 0
+    J: int = 0
+    A_scale: float = 1.0
+    B_scale: float = 1.0
+    C_scale: float = 1.0
+    A: str = ""
+    B: str = ""
+    C: str = ""
+    relu: bool = False
+
+    def reads(self):
+        return (self.A, self.B)
+
+    def writes(self):
+        return (self.C,)
+
+
+@dataclass(frozen=True)
+class GlobalAverage(Step):
+    """tiled_global_average_auto: NHWC [batches][dim][dim][channels] -> [batches][channels], RNE mean."""
+
+    kind: ClassVar[str] = "global_average"
+    input: str = ""
+    output: str = ""
+    batches: int = 1
+    channels: int = 0
+    dim: int = 0
+
+    def reads(self):
+        return (self.input,)
+
+    def writes(self):
+        return (self.output,)
+
+
+@dataclass(frozen=True)
+class CpuOp(Step):
+    """A step the host core runs (int8 moves, pooling Gemmini cannot fuse, float ops), with the reason."""
+
+    kind: ClassVar[str] = "cpu"
+    target: ClassVar[str] = "cpu"
+    op: str = ""
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    params: dict = field(default_factory=dict)
+    reason: str = ""
+
+    def reads(self):
+        return self.inputs
+
+    def writes(self):
+        return self.outputs
+
+    def __hash__(self):  # params is a dict
+        return hash((self.node, self.op, self.inputs, self.outputs))
+
+
+STEP_TYPES = {cls.kind: cls for cls in (Quantize, Matmul, Conv, Resadd, GlobalAverage, CpuOp)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a back end needs: buffers, constant data, steps in execution order, the config."""
+
+    model_name: str
+    model_sha256: str
+    opset: int
+    config: Any                       # GemminiConfig
+    tensors: dict[str, Tensor]
+    constants: dict[str, np.ndarray]  # weights (int8, Gemmini layout) and biases (int32)
+    steps: tuple[Step, ...]
+    inputs: tuple[str, ...]           # float model-input tensors, ONNX order
+    outputs: tuple[str, ...]          # int8 tensors holding the model outputs, ONNX order
+    calibration: dict = field(default_factory=dict)
+
+    def base(self, tensor_id: str) -> Tensor:
+        t = self.tensors[tensor_id]
+        while t.view_of is not None:
+            t = self.tensors[t.view_of]
+        return t
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model_name,
+            "sha256": self.model_sha256,
+            "opset": self.opset,
+            "config": self.config.to_dict(),
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "tensors": {k: v.to_dict() for k, v in self.tensors.items()},
+            "constants": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
+                              "sha256": hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()}
+                          for k, v in self.constants.items()},
+            "steps": [s.to_dict() for s in self.steps],
+            "calibration": self.calibration,
+        }

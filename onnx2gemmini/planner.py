@@ -1,0 +1,109 @@
+"""Graph + QuantTable -> Plan: pre-flight every node, call the handlers in order, add the I/O steps."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from .config import GemminiConfig
+from .errors import UnsupportedError
+from .graph import Graph, NodeView, topological
+from .ops.context import LowerContext
+from .ops.registry import lookup
+from .plan import CpuOp, Plan, Quantize, Tensor
+from .quantize import QuantTable
+
+
+def sanitize(name: str) -> str:
+    """A C/MLIR identifier: alphanumerics and single underscores, not starting with a digit."""
+    s = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "t"
+    return "t" + s if s[0].isdigit() else s
+
+
+def unique_ids(names) -> dict[str, str]:
+    ids: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        if name in ids:
+            continue
+        base = candidate = sanitize(name)
+        k = 2
+        while candidate in used:
+            candidate, k = f"{base}_{k}", k + 1
+        used.add(candidate)
+        ids[name] = candidate
+    return ids
+
+
+def preflight(graph: Graph, ctx=None) -> None:
+    """One error naming every node that cannot be converted (unknown ops with counts, and reasons)."""
+    missing: dict[str, list[str]] = {}
+    refused: list[str] = []
+    for node in graph.nodes:
+        handler = lookup(node.op_type, graph.opset, node.domain)
+        if handler is None:
+            missing.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(node.name)
+            continue
+        reasons = handler.check(NodeView(node, graph), ctx)
+        if reasons:
+            refused.append(f"{node.name} ({node.op_type}: {'; '.join(reasons)})")
+    if not missing and not refused:
+        return
+    parts = []
+    if missing:
+        ops = ", ".join(f"{op} x{len(nodes)} [{', '.join(nodes[:3])}{', ...' if len(nodes) > 3 else ''}]"
+                        for op, nodes in sorted(missing.items()))
+        parts.append(f"unsupported ops: {ops}")
+    if refused:
+        parts.append(f"unsupported forms: {'; '.join(refused[:10])}{' ...' if len(refused) > 10 else ''}")
+    raise UnsupportedError(" | ".join(parts))
+
+
+def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_name: str, sha256: str) -> Plan:
+    preflight(graph)
+    tensor_names = [i.name for i in graph.inputs] + [o for n in graph.nodes for o in n.outputs if o]
+    tensor_ids = unique_ids(tensor_names)
+    node_ids = unique_ids(n.name for n in graph.nodes)
+    tensors: dict[str, Tensor] = {}      # id -> tensor
+    by_onnx: dict[str, Tensor] = {}      # ONNX name -> tensor holding it
+    constants: dict = {}
+    steps: list = []
+    inputs: list[str] = []
+    for vi in graph.inputs:
+        scale = quant.scales[vi.name]
+        f = Tensor(f"{tensor_ids[vi.name]}__f32", vi.name, vi.shape, "float32", "plain", None, "input")
+        nhwc = len(vi.shape) == 4
+        shape = (vi.shape[0], vi.shape[2], vi.shape[3], vi.shape[1]) if nhwc else vi.shape
+        q = Tensor(tensor_ids[vi.name], vi.name, shape, "int8", "NHWC" if nhwc else "plain", scale)
+        tensors[f.id], tensors[q.id], by_onnx[vi.name] = f, q, q
+        steps.append(Quantize(f"quantize_{q.id}", input=f.id, output=q.id, scale=scale, to_nhwc=nhwc))
+        inputs.append(f.id)
+    order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
+    for node in order:
+        view = NodeView(node, graph)
+        ctx = LowerContext(config, quant, by_onnx, tensor_ids, node_ids)
+        lowered = lookup(node.op_type, graph.opset, node.domain).lower(view, ctx)
+        for t in lowered.tensors:
+            if t.id in tensors:
+                raise AssertionError(f"tensor id {t.id} defined twice")
+            tensors[t.id] = t
+            if t.onnx_name:
+                by_onnx[t.onnx_name] = t
+        constants.update(lowered.constants)
+        steps.extend(lowered.steps)
+    outputs = []
+    for vo in graph.outputs:
+        t = by_onnx[vo.name]
+        if t.layout == "NHWC":
+            n, h, w, c = t.shape
+            out = Tensor(f"{t.id}__out", vo.name, (n, c, h, w), "int8", "plain", t.scale, "output")
+            tensors[out.id] = out
+            steps.append(CpuOp(f"output_{t.id}", op="transpose", inputs=(t.id,), outputs=(out.id,),
+                               params={"perm": [0, 3, 1, 2]}, reason="model outputs are written in ONNX order"))
+            t = out
+        outputs.append(t.id)
+    return Plan(model_name, sha256, graph.opset, config, tensors, constants, tuple(steps), tuple(inputs),
+                tuple(outputs), {"method": quant.method, "num_samples": quant.num_samples})
+
+
+def op_histogram(graph: Graph) -> Counter:
+    return Counter(n.op_type for n in graph.nodes)

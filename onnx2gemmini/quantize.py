@@ -1,0 +1,100 @@
+"""Ranges (or a QDQ model's own scales) -> the QuantTable: Gemmini's symmetric int8 quantization.
+
+One float32 scale per tensor, zero point 0; weights in [-127, 127] with one scale per tensor; int32
+biases at scale s_in*s_w; the output multiplier float32(float32(s_in*s_w)/s_out) (see `multiplier`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UnsupportedError
+from .graph import Graph, NodeView, topological
+
+INT8_MAX = 127
+
+
+def f32(x: float) -> float:
+    """`x` rounded to the nearest float32, as a Python float."""
+    return float(np.float32(x))
+
+
+def scale_for(amax: float) -> float:
+    """Symmetric int8 scale of a range; an all-zero tensor gets a harmless 1/127."""
+    return f32(amax / INT8_MAX) if amax > 0 and np.isfinite(amax) else f32(1.0 / INT8_MAX)
+
+
+def bias_scale(s_in: float, s_w: float) -> float:
+    return float(np.float32(s_in) * np.float32(s_w))
+
+
+def multiplier(s_in: float, s_w: float, s_out: float) -> float:
+    """Gemmini's acc_scale: float32(float32(s_in*s_w)/s_out) — the exact value onnxruntime uses."""
+    return float(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
+
+
+def quantize_array(x: np.ndarray, scale: float) -> np.ndarray:
+    """ONNX QuantizeLinear to int8 with zero point 0: float32 true division, round half to even."""
+    q = np.rint(np.asarray(x, np.float32) / np.float32(scale))
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class WeightQuant:
+    """A node's weights in the handler's canonical float layout, quantized."""
+
+    q: np.ndarray                # int8, in [-127, 127]
+    scale: float
+    bias: np.ndarray | None      # int32, at scale bias_scale(s_in, scale)
+    bias_scale: float
+
+
+@dataclass(frozen=True)
+class QuantTable:
+    scales: dict[str, float]                 # activation tensor -> scale
+    weights: dict[str, WeightQuant]          # node name -> weights
+    amax: dict[str, float] = field(default_factory=dict)
+    method: str = "minmax"
+    num_samples: int = 0
+
+
+def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float) -> WeightQuant:
+    s_w = scale_for(float(np.max(np.abs(w))) if w.size else 0.0)
+    q = np.clip(np.rint(w.astype(np.float32) / np.float32(s_w)), -INT8_MAX, INT8_MAX).astype(np.int8)
+    sb = bias_scale(s_in, s_w)
+    bias = None
+    if b is not None:
+        bias = np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32)
+    return WeightQuant(q, s_w, bias, sb)
+
+
+def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int) -> QuantTable:
+    """Assign a scale to every activation and quantize every node's weights, in graph order."""
+    from .ops.registry import lookup  # handlers depend on this module
+
+    scales: dict[str, float] = {}
+    for vi in graph.inputs:
+        scales[vi.name] = scale_for(amax.get(vi.name, 0.0))
+    weights: dict[str, WeightQuant] = {}
+    for node in topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers)):
+        handler = lookup(node.op_type, graph.opset, node.domain)
+        if handler is None:
+            raise UnsupportedError(f"node '{node.name}': no handler for {node.op_type}")
+        view = NodeView(node, graph)
+        activations = [i for i in node.inputs if i and i not in graph.initializers]
+        rule = handler.output_scale
+        for out in node.outputs:
+            if not out:
+                continue
+            if rule == "input" and activations:
+                scales[out] = scales[activations[0]]
+            elif "clip" in node.fused:
+                scales[out] = scale_for(node.fused["clip"][1])
+            else:
+                scales[out] = scale_for(amax.get(out, 0.0))
+        float_w = handler.float_weights(view)
+        if float_w is not None:
+            w, b = float_w
+            weights[node.name] = quantize_weights(w, b, scales[activations[0]])
+    return QuantTable(scales, weights, dict(amax), method, num_samples)

@@ -1,0 +1,87 @@
+"""Execute a Plan with Gemmini's arithmetic: the bit-exact reference every other execution is held to."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
+from ..quantize import quantize_array
+from . import kernels
+
+
+class Emulator:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+
+    def run(self, inputs: dict[str, np.ndarray], keep: bool = False) -> dict[str, np.ndarray]:
+        """Float model inputs by ONNX name -> int8 buffers by tensor id (all of them if `keep`)."""
+        plan = self.plan
+        buffers: dict[str, np.ndarray] = {}
+        for tid in plan.inputs:
+            t = plan.tensors[tid]
+            if t.onnx_name not in inputs:
+                raise KeyError(f"missing model input '{t.onnx_name}'")
+            buffers[tid] = np.asarray(inputs[t.onnx_name], np.float32).reshape(t.shape)
+        for step in plan.steps:
+            for tid, value in zip(step.writes(), self._execute(step, buffers)):
+                buffers[tid] = value.reshape(plan.tensors[tid].shape)
+        return buffers if keep else {tid: buffers[tid] for tid in plan.outputs}
+
+    def get(self, buffers: dict[str, np.ndarray], tid: str) -> np.ndarray:
+        """A tensor's value, following views to the buffer that holds its bytes."""
+        t = self.plan.tensors[tid]
+        if tid in buffers:
+            return buffers[tid]
+        return self.get(buffers, t.view_of).reshape(t.shape)
+
+    def _execute(self, step, buffers):
+        get = lambda tid: self.get(buffers, tid)  # noqa: E731
+        consts = self.plan.constants
+        if isinstance(step, Quantize):
+            q = quantize_array(get(step.input), step.scale)
+            return [q.transpose(0, 2, 3, 1) if step.to_nhwc else q]
+        if isinstance(step, Matmul):
+            a = get(step.A).reshape(step.I, step.K)
+            d = consts[step.D] if step.D else None
+            return [kernels.matmul(a, consts[step.B], d, step.scale, step.act == 1, step.repeating_bias)]
+        if isinstance(step, Conv):
+            x = get(step.input).reshape(step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels)
+            bias = consts[step.bias] if step.bias else None
+            pool = (step.pool_size, step.pool_stride, step.pool_padding) if step.pool_stride else None
+            return [kernels.conv(x, consts[step.weights], bias, step.stride, step.padding, step.kernel_dim,
+                                 (step.out_row_dim, step.out_col_dim), step.scale, step.act == 1, pool)]
+        if isinstance(step, Resadd):
+            a, b = (get(t).reshape(step.I, step.J) for t in (step.A, step.B))
+            return [kernels.resadd(a, b, step.A_scale, step.B_scale, step.C_scale, step.relu)]
+        if isinstance(step, GlobalAverage):
+            x = get(step.input).reshape(step.batches, step.dim, step.dim, step.channels)
+            return [kernels.global_average(x)]
+        if isinstance(step, CpuOp):
+            return [self._cpu(step, [get(t) for t in step.inputs])]
+        raise TypeError(f"unknown step {type(step).__name__}")
+
+    def _cpu(self, step: CpuOp, args: list[np.ndarray]) -> np.ndarray:
+        p, x = step.params, args[0]
+        if step.op == "transpose":
+            return np.ascontiguousarray(x.transpose(p["perm"]))
+        if step.op == "im2col":
+            return kernels.im2col(x, p["kernel"], p["strides"], p["pads"], p["dilations"], p["out"])
+        if step.op == "maxpool":
+            out = p.get("out") or self.plan.tensors[step.outputs[0]].shape[1:3]
+            return kernels.maxpool(x, p["kernel"], p["strides"], p["pads"], p["dilations"], out)
+        if step.op == "avgpool":
+            return kernels.avgpool(x, p["kernel"], p["strides"], p["pads"], p["dilations"], p["out"],
+                                   p.get("count_include_pad", 0))
+        if step.op == "clip":
+            return np.clip(x, p["lo"], p["hi"]).astype(np.int8)
+        if step.op == "softmax":
+            return kernels.softmax(x, p["axis"], p["in_scale"], p["out_scale"])
+        raise TypeError(f"unknown CPU op {step.op}")
+
+
+def dequantize(plan: Plan, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """int8 output buffers -> float arrays by ONNX output name."""
+    result = {}
+    for tid in plan.outputs:
+        t = plan.tensors[tid]
+        result[t.onnx_name] = outputs[tid].astype(np.float32) * np.float32(t.scale)
+    return result

@@ -1,0 +1,145 @@
+"""Gemmini's int8 arithmetic in NumPy, bit for bit (spec/gemmini.md §2), and fast.
+
+Exact int8 GEMM runs through float32 BLAS: every product is at most 2^14 in magnitude, so a K-chunk of
+1024 keeps every partial sum at most 2^24, which float32 represents exactly whatever the summation order.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+K_CHUNK = 1024
+
+
+def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact int32 product of int8 matrices [I,K] x [K,J]."""
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    k = a.shape[1]
+    if k <= K_CHUNK:
+        return (a32 @ b32).astype(np.int32)
+    acc = np.zeros((a.shape[0], b.shape[1]), np.int64)
+    for k0 in range(0, k, K_CHUNK):
+        acc += (a32[:, k0:k0 + K_CHUNK] @ b32[k0:k0 + K_CHUNK]).astype(np.int64)
+    return wrap_int32(acc)
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Two's-complement wrap, as the 32-bit accumulator does."""
+    return x.astype(np.int64).astype(np.uint32).view(np.int32) if x.dtype != np.int32 else x
+
+
+def acc_scale(acc: np.ndarray, scale: float, relu: bool = False) -> np.ndarray:
+    """Accumulator read-out: float32(acc) * float32(scale), round half to even, clip int8, then ReLU."""
+    y = np.rint(acc.astype(np.float32) * np.float32(scale))
+    return np.clip(y, 0 if relu else -128, 127).astype(np.int8)
+
+
+def mvin_scale(x: np.ndarray, scale: float) -> np.ndarray:
+    """The DMA's mvin scaling: int8 -> float32 * scale -> round half to even -> saturate int8."""
+    if scale == 1.0:
+        return x.astype(np.int8)
+    return np.clip(np.rint(x.astype(np.float32) * np.float32(scale)), -128, 127).astype(np.int8)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, scale: float, relu: bool,
+           repeating_bias: bool = True) -> np.ndarray:
+    """tiled_matmul_auto in WS mode with int8 output."""
+    acc = int8_matmul(a, b)
+    if d is not None:
+        acc = wrap_int32(acc.astype(np.int64) + (d.reshape(1, -1) if repeating_bias else d))
+    return acc_scale(acc, scale, relu)
+
+
+def pad_nhwc(x: np.ndarray, pads: tuple[int, int, int, int], value: int = 0) -> np.ndarray:
+    """Pad H and W of an NHWC tensor: pads = (top, left, bottom, right)."""
+    t, l, b, r = pads
+    if not any(pads):
+        return x
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
+
+
+def windows(x: np.ndarray, kernel, strides, pads, dilations, out, pad_value: int = 0) -> np.ndarray:
+    """[N, OH, OW, KH, KW, C] view of the (padded) NHWC input under every output position."""
+    kh, kw = kernel
+    sh, sw = strides
+    dh, dw = dilations
+    oh, ow = out
+    t, l, b, r = pads
+    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
+    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    h, w = x.shape[1], x.shape[2]
+    xp = pad_nhwc(x, (t, l, max(b, need_h - h - t), max(r, need_w - w - l)), pad_value)
+    win = sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(1, 2))
+    win = win[:, : (oh - 1) * sh + 1: sh, : (ow - 1) * sw + 1: sw, :, ::dh, ::dw]
+    return win.transpose(0, 1, 2, 4, 5, 3)  # N, OH, OW, KH, KW, C
+
+
+def im2col(x: np.ndarray, kernel, strides, pads, dilations, out) -> np.ndarray:
+    """[N*OH*OW, KH*KW*C] int8 patches, columns ordered (kh, kw, c) like Gemmini's conv weights."""
+    win = windows(x, kernel, strides, pads, dilations, out)
+    n, oh, ow = win.shape[:3]
+    return np.ascontiguousarray(win).reshape(n * oh * ow, -1)
+
+
+def maxpool_zero_padded(y: np.ndarray, size: int, stride: int, padding: int) -> np.ndarray:
+    """Gemmini's fused pool: window positions outside the map read as 0 (spec §2.9)."""
+    n, h, w, c = y.shape
+    oh = (h + 2 * padding - size) // stride + 1
+    ow = (w + 2 * padding - size) // stride + 1
+    win = windows(y, (size, size), (stride, stride), (padding,) * 4, (1, 1), (oh, ow), pad_value=0)
+    return win.max(axis=(3, 4))
+
+
+def conv(x, w, bias, stride, padding, kernel_dim, out_dims, scale, relu, pool) -> np.ndarray:
+    """tiled_conv_auto: NHWC int8 in, [KH*KW*IC][OC] weights, int32 bias, optional fused max-pool."""
+    n = x.shape[0]
+    oh, ow = out_dims
+    cols = im2col(x, (kernel_dim, kernel_dim), (stride, stride), (padding,) * 4, (1, 1), (oh, ow))
+    y = matmul(cols, w, bias, scale, relu).reshape(n, oh, ow, -1)
+    if pool and pool[1]:
+        y = maxpool_zero_padded(y, *pool)
+    return y
+
+
+def resadd(a, b, a_scale, b_scale, c_scale, relu) -> np.ndarray:
+    """tiled_resadd_auto: each input mvin-scaled and saturated to int8, added in int32, then scaled."""
+    acc = mvin_scale(a, a_scale).astype(np.int32) + mvin_scale(b, b_scale).astype(np.int32)
+    return acc_scale(acc, c_scale, relu)
+
+
+def global_average(x: np.ndarray) -> np.ndarray:
+    """tiled_global_average_auto: sum in the accumulator, times float32(1/(dim*dim)), RNE (spec §2.10)."""
+    n, h, w, c = x.shape
+    acc = x.astype(np.int32).sum(axis=(1, 2))
+    return acc_scale(acc, float(np.float32(1.0 / (h * w)))).reshape(n, 1, 1, c)
+
+
+# --- CPU kernels (int8 in, int8 out) -------------------------------------------------------------
+
+def maxpool(x, kernel, strides, pads, dilations, out, **_) -> np.ndarray:
+    """ONNX MaxPool on int8 NHWC: padded positions never win (-128 is the int8 -inf)."""
+    win = windows(x, kernel, strides, pads, dilations, out, pad_value=-128)
+    return win.max(axis=(3, 4)).astype(np.int8)
+
+
+def avgpool(x, kernel, strides, pads, dilations, out, count_include_pad=0, **_) -> np.ndarray:
+    """ONNX AveragePool on int8 NHWC: int32 sum / count, round half to even."""
+    win = windows(x, kernel, strides, pads, dilations, out, pad_value=0).astype(np.int32)
+    total = win.sum(axis=(3, 4))
+    ones = np.ones((1,) + x.shape[1:3] + (1,), np.int8)
+    if count_include_pad:
+        # positions inside the explicit pads count; positions beyond them (ceil_mode) do not
+        padded = pad_nhwc(ones, tuple(pads), 1)
+        count = windows(padded, kernel, strides, (0, 0, 0, 0), dilations, out, pad_value=0).sum(axis=(3, 4))
+    else:
+        count = windows(ones, kernel, strides, pads, dilations, out, pad_value=0).sum(axis=(3, 4))
+    y = np.rint(total.astype(np.float32) / count.astype(np.float32))
+    return np.clip(y, -128, 127).astype(np.int8)
+
+
+def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
+    """Dequantize, float32 softmax, QuantizeLinear."""
+    f = x.astype(np.float32) * np.float32(in_scale)
+    e = np.exp(f - f.max(axis=axis, keepdims=True))
+    p = e / e.sum(axis=axis, keepdims=True)
+    return np.clip(np.rint(p / np.float32(out_scale)), -128, 127).astype(np.int8)
