@@ -1,0 +1,32 @@
+"""onnx2gemmini: compile ONNX models to int8 code for the Gemmini systolic-array accelerator.
+
+    import onnx2gemmini as o2g
+    compiled = o2g.compile("model.onnx", calib="data.npz", config="default")
+    compiled.write("out/")
+    y = compiled.run({"x": x})
+    report = o2g.diff("model.onnx", data="data.npz")
+"""
+from .compiler import Compiled, compile
+from .errors import CheckFailed, DataError, ModelError, O2GError, OutputError, UnsupportedError, UsageError
+from .version import __version__
+
+__all__ = ["compile", "diff", "Compiled", "O2GError", "UsageError", "ModelError", "UnsupportedError",
+           "DataError", "CheckFailed", "OutputError", "__version__"]
+
+
+def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=None,
+         calib_method: str = "minmax", num_samples: int | None = None) -> dict:
+    """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`)."""
+    from .data import load_data, random_data
+    from .diff import run_diff
+
+    compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                       calib_method=calib_method)
+    inputs = compiled.graph.inputs
+    if data is not None:
+        dataset = load_data(data, inputs)
+    elif calib is not None:
+        dataset = load_data(calib, inputs)
+    else:
+        dataset = random_data(inputs, seed=1)
+    return run_diff(compiled, dataset.head(num_samples))

@@ -1,0 +1,243 @@
+"""The command line: compile (default), diff, inspect, ops. The only place that maps errors to exit codes."""
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from .errors import CheckFailed, O2GError, UsageError
+from .version import __version__
+
+log = logging.getLogger("onnx2gemmini")
+
+
+class _DefaultGroup(click.Group):
+    """`onnx2gemmini MODEL.onnx ...` means `onnx2gemmini compile MODEL.onnx ...`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["compile"] + list(args)
+        return super().parse_args(ctx, args)
+
+
+def _common(f):
+    """Options shared by compile, diff and inspect (defined once)."""
+    options = [
+        click.argument("model", type=click.Path(dir_okay=True, path_type=Path)),
+        click.option("--calib", type=click.Path(path_type=Path), help="Calibration data (.npz, .npy or a "
+                     "test_data_set_* directory); without it: deterministic random data and a warning."),
+        click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples."),
+        click.option("--calib-method", type=click.Choice(["minmax", "percentile", "mse"]), default="minmax",
+                     show_default=True, help="Range estimator."),
+        click.option("--config", "config", default="default", show_default=True,
+                     help="Gemmini configuration: a preset name or a JSON file."),
+        click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",
+                     help="Fix a dynamic input dimension (repeatable)."),
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable summary on stdout."),
+        click.option("-v", "--verbose", count=True, help="More output."),
+        click.option("-q", "--quiet", is_flag=True, help="Less output."),
+        click.option("--debug", is_flag=True, help="Show tracebacks."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LowerFormatter())
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
+class _LowerFormatter(logging.Formatter):
+    def format(self, record):
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def _command_line() -> str:
+    return "onnx2gemmini " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _emit_json(document: dict) -> None:
+    click.echo(json.dumps(document, indent=2, default=float))
+
+
+@click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="onnx2gemmini")
+def cli():
+    """Compile ONNX models to int8 code for the Gemmini accelerator.
+
+    `onnx2gemmini MODEL.onnx` compiles (same as `onnx2gemmini compile MODEL.onnx`).
+    """
+
+
+@cli.command("compile")
+@_common
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Output directory (default ./<model stem>_gemmini); refused if non-empty unless --force.")
+@click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
+@click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
+def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, as_json, verbose, quiet, debug,
+                output, force, emit):
+    """Compile MODEL for Gemmini and write the output directory."""
+    from .compiler import compile as compile_model
+    from .emit.writer import check_output_dir, parse_emit
+
+    _setup_logging(verbose, quiet)
+    out = output or Path(f"./{model.stem}_gemmini")
+    emit_set = parse_emit(emit)
+    check_output_dir(out, force)
+    compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                             calib_method=calib_method, command=_command_line())
+    for w in compiled.warnings:
+        log.warning(w)
+    for change in compiled.changes:
+        log.info(change)
+    compiled.write(out, emit_set, force)
+    report = json.loads((out / "report.json").read_text())
+    totals = report["totals"]
+    share = totals["macs_on_gemmini"] / totals["macs"] if totals["macs"] else 1.0
+    if as_json:
+        _emit_json({"output": str(out), "artifacts": sorted(p.relative_to(out).as_posix()
+                                                             for p in out.rglob("*") if p.is_file()),
+                    "layers": len(report["layers"]), "totals": totals, "timing": report["timing"]})
+    elif not quiet:
+        cpu = [r for r in report["layers"] if r["target"] == "cpu"]
+        click.echo(f"wrote {out}/ ({len(report['layers'])} steps, {share:.1%} of {totals['macs']:,} MACs on "
+                   f"Gemmini, {len(cpu)} CPU steps) in {report['timing']['total_s']:.2f} s")
+        for line in report["cpu_steps"]:
+            if verbose:
+                click.echo(line)
+
+
+@cli.command("diff")
+@_common
+@click.option("--data", type=click.Path(path_type=Path),
+              help="Evaluation data; with a `labels` array, accuracy is reported. Default: the calibration data.")
+@click.option("--num-samples", type=click.IntRange(min=1), help="Compare at most N samples.")
+def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, as_json, verbose, quiet, debug,
+             data, num_samples):
+    """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
+    from . import diff as run
+
+    _setup_logging(verbose, quiet)
+    result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                 calib_method=calib_method, num_samples=num_samples)
+    if as_json:
+        _emit_json(result)
+    elif not quiet:
+        click.echo(format_diff(result))
+    if not result["verdict"]["passed"]:
+        raise CheckFailed("diff: " + "; ".join(result["verdict"]["failures"][:5]))
+
+
+def _fmt(value, spec=".2f"):
+    return "exact" if value is None else format(value, spec)
+
+
+def format_diff(result: dict) -> str:
+    lines = [f"compared {result['samples']} samples", "",
+             f"{'layer':48} {'op':18} {'SQNR dB':>8} {'cosine':>9} {'LSB vs QDQ':>10} {'tol':>4} {'mismatch':>9}"]
+    for l in result["layers"]:
+        lines.append(f"{l['name'][-48:]:48} {l['op']:18} {_fmt(l['sqnr_db']):>8} {l['cosine']:9.6f} "
+                     f"{l['max_lsb_vs_ort_qdq']:>10} {l['tolerance_lsb']:>4} {l['mismatches_vs_ort_qdq']:>9}")
+    lines.append("")
+    for name, o in result["outputs"].items():
+        f, q = o["fp32_vs_int8"], o["int8_vs_ort_qdq"]
+        top1 = "n/a" if f["top1_agreement"] is None else f"{f['top1_agreement']:.2%}"
+        lines.append(f"output {name}: fp32 vs int8: max_abs {f['max_abs']:.4g}, cosine {f['cosine']:.6f}, "
+                     f"SQNR {_fmt(f['sqnr_db'])} dB, top-1 agreement {top1}")
+        lines.append(f"output {name}: int8 vs onnxruntime QDQ: {q['mismatches']} mismatches in {q['compared']:,} "
+                     f"values, max {q['max_lsb']} LSB")
+    if "accuracy" in result:
+        a = result["accuracy"]
+        lines.append(f"accuracy: fp32 {a['fp32']:.2%}, int8 {a['int8']:.2%}")
+    v = result["verdict"]
+    lines.append("PASSED" if v["passed"] else "FAILED: " + "; ".join(v["failures"][:5]))
+    return "\n".join(lines)
+
+
+@cli.command("inspect")
+@_common
+def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, as_json, verbose, quiet, debug):
+    """Plan MODEL and print the per-layer table and totals; writes no code."""
+    from .compiler import compile as compile_model
+    from .emit.report import build_report
+
+    _setup_logging(verbose, quiet)
+    compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                             calib_method=calib_method, command=_command_line())
+    report = build_report(compiled, compiled.timing)
+    if as_json:
+        _emit_json({"report": report, "plan": compiled.plan.to_dict()})
+        return
+    click.echo(f"{'#':>3} {'layer':44} {'op':12} {'target':8} {'call':28} {'MACs':>14}")
+    for i, r in enumerate(report["layers"]):
+        click.echo(f"{i:>3} {r['name'][-44:]:44} {r['op']:12} {r['target']:8} {r['call']:28} {r['macs']:>14,}")
+    t = report["totals"]
+    share = t["macs_on_gemmini"] / t["macs"] if t["macs"] else 1.0
+    click.echo(f"total: {t['macs']:,} MACs, {share:.1%} on Gemmini, ideal {t['ideal_cycles']:,} cycles "
+               f"(DIM {report['config']['dim']})")
+    for line in report["cpu_steps"]:
+        click.echo(line)
+
+
+@cli.command("ops")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable table.")
+@click.option("--markdown", is_flag=True, help="The table as Markdown (docs/supported_ops.md).")
+def ops_cmd(as_json, markdown):
+    """List the supported ONNX ops with their Gemmini mapping and limits."""
+    from .support import support_markdown, support_table
+
+    table = support_table()
+    if as_json:
+        _emit_json({"ops": table})
+    elif markdown:
+        click.echo(support_markdown(), nl=False)
+    else:
+        for row in table:
+            click.echo(f"{row['op']:20} since {row['since']:<3} {row['gemmini']}")
+            if row["limits"]:
+                click.echo(f"{'':20}           limits: {row['limits']}")
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        cli.main(args=argv, prog_name="onnx2gemmini", standalone_mode=False)
+        return 0
+    except O2GError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 2
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("error: interrupted", err=True)
+        return 130
+    except Exception as exc:  # a bug: still one line unless --debug
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+                   f"(rerun with --debug and report it)", err=True)
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

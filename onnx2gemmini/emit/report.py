@@ -1,0 +1,137 @@
+"""report.json and report.md: what was compiled, where each layer runs, what it costs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
+from ..version import __version__
+
+CALLS = {Matmul: "tiled_matmul_auto", Conv: "tiled_conv_auto", Resadd: "tiled_resadd_auto",
+         GlobalAverage: "tiled_global_average_auto"}
+
+
+def geometry(step) -> dict:
+    if isinstance(step, Matmul):
+        return {"I": step.I, "J": step.J, "K": step.K}
+    if isinstance(step, Conv):
+        return {"batch": step.batch_size, "in_rows": step.in_row_dim, "in_cols": step.in_col_dim,
+                "in_channels": step.in_channels, "out_rows": step.out_row_dim, "out_cols": step.out_col_dim,
+                "out_channels": step.out_channels, "kernel": step.kernel_dim, "stride": step.stride,
+                "padding": step.padding, "pool_size": step.pool_size, "pool_stride": step.pool_stride,
+                "pool_padding": step.pool_padding}
+    if isinstance(step, Resadd):
+        return {"I": step.I, "J": step.J}
+    if isinstance(step, GlobalAverage):
+        return {"batches": step.batches, "channels": step.channels, "dim": step.dim}
+    return {}
+
+
+def step_macs(step) -> int:
+    return step.macs if isinstance(step, (Matmul, Conv)) else 0
+
+
+def layer_rows(plan: Plan, node_ops: dict[str, str], cost=None) -> list[dict]:
+    """One row per plan step (quantize steps included: they are CPU work too)."""
+    rows = []
+    for step in plan.steps:
+        is_cpu = isinstance(step, (CpuOp, Quantize))
+        est = cost(step) if cost else {}
+        rows.append({
+            "name": step.node,
+            "op": node_ops.get(step.node, "QuantizeLinear" if isinstance(step, Quantize) else "output"),
+            "target": "cpu" if is_cpu else "gemmini",
+            "call": CALLS.get(type(step)) or (f"cpu:{step.op}" if isinstance(step, CpuOp) else "cpu:quantize"),
+            "macs": step_macs(step),
+            "geometry": geometry(step),
+            "tiles": getattr(step, "tiles", None),
+            "baseline_tiles": est.get("baseline_tiles"),
+            "dram_bytes": est.get("dram_bytes"),
+            "baseline_dram_bytes": est.get("baseline_dram_bytes"),
+            "est_cycles": est.get("est_cycles"),
+            "utilization": est.get("utilization"),
+            "reason": step.reason if isinstance(step, CpuOp) else
+            ("model inputs arrive as float32" if isinstance(step, Quantize) else ""),
+        })
+    return rows
+
+
+def _sum_or_none(rows, key):
+    values = [r[key] for r in rows if r["target"] == "gemmini"]
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+def build_report(compiled, timing: dict) -> dict:
+    plan = compiled.plan
+    node_ops = {n.name: n.op_type for n in compiled.graph.nodes}
+    rows = layer_rows(plan, node_ops)
+    dim = plan.config.dim
+    macs = sum(r["macs"] for r in rows)
+    macs_gemmini = sum(r["macs"] for r in rows if r["target"] == "gemmini")
+    ideal = -(-macs_gemmini // (dim * dim))
+    est = _sum_or_none(rows, "est_cycles")
+    activation_bytes = sum(plan.tensors[t].nbytes for t in plan.tensors
+                           if plan.tensors[t].view_of is None and plan.tensors[t].kind in ("activation", "temp", "output")
+                           and plan.tensors[t].dtype == "int8")
+    weight_bytes = sum(int(v.nbytes) for v in plan.constants.values())
+    loaded = compiled.loaded
+    return {
+        "tool": {"name": "onnx2gemmini", "version": __version__, "command": compiled.command},
+        "model": {
+            "path": loaded.path, "sha256": loaded.sha256, "opset": plan.opset,
+            "inputs": [{"name": compiled.graph.inputs[i].name, "shape": list(compiled.graph.inputs[i].shape),
+                        "scale": plan.tensors[plan.steps[i].output].scale} for i in range(len(plan.inputs))],
+            "outputs": [{"name": plan.tensors[t].onnx_name, "shape": list(plan.tensors[t].onnx_shape),
+                         "scale": plan.tensors[t].scale} for t in plan.outputs],
+        },
+        "config": plan.config.to_dict(),
+        "quantization": {"method": compiled.quant.method, "num_samples": compiled.quant.num_samples,
+                         "scheme": "symmetric int8, zero point 0, per-tensor scales, int32 bias at s_in*s_w"},
+        "passes": compiled.changes,
+        "warnings": compiled.warnings,
+        "layers": rows,
+        "cpu_steps": [f"cpu: {r['name']}: {r['call'][4:]}: {r['reason']}" for r in rows if r["target"] == "cpu"],
+        "totals": {
+            "macs": macs, "macs_on_gemmini": macs_gemmini, "ideal_cycles": ideal, "est_cycles": est,
+            "utilization": (ideal / est) if est else None,
+            "dram_bytes": _sum_or_none(rows, "dram_bytes"),
+            "baseline_dram_bytes": _sum_or_none(rows, "baseline_dram_bytes"),
+            "activation_bytes": activation_bytes, "weight_bytes": weight_bytes,
+        },
+        "timing": {"total_s": round(sum(timing.values()), 4), **{k: round(v, 4) for k, v in timing.items()}},
+    }
+
+
+def report_json(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False, default=_default) + "\n"
+
+
+def _default(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    raise TypeError(type(value).__name__)
+
+
+def report_markdown(report: dict) -> str:
+    m, t = report["model"], report["totals"]
+    lines = [f"# onnx2gemmini report: {m['path']}", "",
+             f"- model sha256: `{m['sha256']}`, opset {m['opset']}",
+             f"- Gemmini config: {report['config']['name']} (DIM {report['config']['dim']})",
+             f"- quantization: {report['quantization']['scheme']}; calibration "
+             f"{report['quantization']['method']} over {report['quantization']['num_samples']} samples", ""]
+    for w in report["warnings"]:
+        lines.append(f"> warning: {w}")
+    lines += ["", "| # | layer | op | target | call | MACs | reason |", "|---|---|---|---|---|---:|---|"]
+    for i, r in enumerate(report["layers"]):
+        name = r["name"].replace("|", "\\|")
+        lines.append(f"| {i} | `{name}` | {r['op']} | {r['target']} | {r['call']} | {r['macs']:,} | "
+                     f"{r['reason'].replace('|', '/')} |")
+    share = t["macs_on_gemmini"] / t["macs"] if t["macs"] else 1.0
+    lines += ["", "## Totals", "",
+              f"- MACs: {t['macs']:,} ({share:.1%} on Gemmini); ideal cycles {t['ideal_cycles']:,}",
+              f"- weights {t['weight_bytes']:,} B; activations {t['activation_bytes']:,} B",
+              f"- compile time {report['timing']['total_s']:.2f} s", ""]
+    return "\n".join(lines)
