@@ -84,7 +84,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     quant = build_table(graph, amax, calib_method, data.num_samples)
     timing["quantize_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    name = Path(str(model)).stem
+    name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
     plan = build_plan(graph, quant, cfg, name, loaded.sha256)
     timing["plan_s"] = time.perf_counter() - t
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, command)

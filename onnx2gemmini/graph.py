@@ -151,6 +151,10 @@ class NodeView:
     def is_const(self, tensor: str | None) -> bool:
         return tensor is not None and tensor in self._graph.initializers
 
+    def used(self, tensor: str | None) -> bool:
+        """Whether any node reads `tensor` or the graph returns it."""
+        return bool(tensor) and (bool(self._graph.consumers(tensor)) or self._graph.is_graph_output(tensor))
+
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 

@@ -154,11 +154,16 @@ def _simplify(model: onnx.ModelProto) -> onnx.ModelProto:
     return simplified if ok else model
 
 
-def load(path: "str | Path", input_shapes: "dict[str, tuple[int, ...]] | None" = None,
+def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[int, ...]] | None" = None,
          simplify: bool = True) -> LoadedModel:
-    """Read, check, fix shapes and simplify a model file."""
-    model = read_model(path)
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """Read, check, fix shapes and simplify a model file (or an in-memory ModelProto)."""
+    if isinstance(path, onnx.ModelProto):
+        model = onnx.ModelProto.FromString(path.SerializeToString())
+        digest = hashlib.sha256(path.SerializeToString()).hexdigest()
+        path = f"<{model.graph.name or 'model'}>"
+    else:
+        model = read_model(path)
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:

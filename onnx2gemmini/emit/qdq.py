@@ -24,6 +24,7 @@ class _Builder:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._names: set[str] = set()
+        self.original: dict[str, str] = {}  # renamed model inputs -> their graph names
 
     def init(self, name: str, value: np.ndarray) -> str:
         if name not in self._names:
@@ -102,7 +103,8 @@ class _Builder:
             gemm_in = [ins[0], w]
             if wq.bias is not None:
                 gemm_in.append(self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale))
-            in_shape, out_shape = self.graph.shapes[ins[0]], self.graph.shapes[out]
+            in_shape = self.graph.shapes[self.original.get(ins[0], ins[0])]
+            out_shape = self.graph.shapes[out]
             if len(in_shape) != 2:
                 flat = self.init(f"{node.name}__flat_shape", np.array([-1, in_shape[-1]], np.int64))
                 self.node("Reshape", [ins[0], flat], [f"{out}__a2d"], name=f"{node.name}__Reshape_in")
@@ -132,6 +134,7 @@ def build_qdq(graph: Graph, quant: QuantTable, name: str = "model") -> onnx.Mode
     inputs = [helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, vi.shape) for vi in graph.inputs]
     # Model inputs: the float input is quantized and dequantized under a new name, then readers use it.
     renamed = {vi.name: f"{vi.name}__fq" for vi in graph.inputs}
+    b.original = {v: k for k, v in renamed.items()}
     for vi in graph.inputs:
         scale = quant.scales[vi.name]
         s = b.init(f"{vi.name}__scale", np.float32(scale))

@@ -45,8 +45,8 @@ class _CpuPool(Handler):
 
     def check(self, node, ctx):
         reasons = _check_2d(node)
-        if len(node.outputs) > 1 and node.outputs[1]:
-            reasons.append("the Indices output")
+        if len(node.outputs) > 1 and node.used(node.outputs[1]):
+            reasons.append("the Indices output is used")
         return reasons
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:

@@ -50,7 +50,7 @@ class DropoutHandler(_View):
     limits = "inference only: the identity; the mask output is refused"
 
     def check(self, node, ctx):
-        return ["the mask output"] if len(node.outputs) > 1 and node.outputs[1] else []
+        return ["the mask output is used"] if len(node.outputs) > 1 and node.used(node.outputs[1]) else []
 
     def keeps_layout(self, node):
         return True

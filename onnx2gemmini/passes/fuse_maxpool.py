@@ -24,6 +24,7 @@ def pool_geometry(node) -> dict | None:
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or set(dilations) != {1}:
         return None
     if a.get("ceil_mode", 0) or a.get("storage_order", 0) or len(node.outputs) > 1 and node.outputs[1]:
+        # an Indices output (even unused) keeps the standalone pool
         return None
     size, stride, pad = kernel[0], strides[0], pads[0]
     if not (1 <= size <= MAX_POOL_FIELD and 1 <= stride <= MAX_POOL_FIELD and 0 <= pad <= MAX_POOL_FIELD):

@@ -157,12 +157,12 @@ static inline uint64_t read_cycles(void)
 /* Internal helpers (prefix gmh_).                                      */
 /* ------------------------------------------------------------------ */
 
-/* Errors go to stdout with printf (bare-metal runtimes often have only */
-/* printf), then the program exits with status 1.                      */
+/* Errors go to stdout with printf, then exit(1) (which flushes stdio).  */
+/* Only printf and exit are needed: bare-metal runtimes often have just  */
+/* those two.                                                           */
 #define GMH_FAIL(...)              \
     do {                           \
         printf(__VA_ARGS__);       \
-        fflush(stdout);            \
         exit(1);                   \
     } while (0)
 

@@ -1,0 +1,101 @@
+"""Shared test helpers: one-node/small model builders and the emulator-vs-onnxruntime check."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx2gemmini as o2g
+from onnx2gemmini.data import Dataset
+from onnx2gemmini.diff import run_diff
+
+OPSET = 17
+
+
+def make_model(nodes, inputs, outputs, initializers=None, opset=OPSET, name="test") -> onnx.ModelProto:
+    """inputs/outputs: {name: shape}; initializers: {name: array}."""
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def infer_outputs(nodes, inputs, initializers=None, opset=OPSET, outputs=("y",)):
+    """Build a model whose output shapes come from onnx shape inference."""
+    probe = helper.make_graph(nodes, "probe",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+                              [helper.make_empty_tensor_value_info(o) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()])
+    m = helper.make_model(probe, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+              for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    return make_model(nodes, inputs, {o: shapes[o] for o in outputs}, initializers, opset)
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def random_dataset(model: onnx.ModelProto, samples=4, seed=0, low=-1.0, high=1.0) -> Dataset:
+    r = rng(seed)
+    arrays = {}
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        arrays[vi.name] = r.uniform(low, high, size=[samples] + shape).astype(np.float32)
+    return Dataset(arrays, None, "test")
+
+
+def compile_and_diff(model: onnx.ModelProto, samples=4, seed=0, **kwargs):
+    """Compile with calibration on random data and diff on other random data."""
+    calib = random_dataset(model, samples, seed)
+    calib = kwargs.pop("calib", calib)
+    compiled = o2g.compile(model, calib=calib, **kwargs)
+    result = run_diff(compiled, random_dataset(model, samples, seed + 1))
+    return compiled, result
+
+
+def assert_matches_ort(model: onnx.ModelProto, samples=4, seed=0, **kwargs):
+    """Every layer within its stated tolerance of onnxruntime's QDQ run; exact layers bit for bit."""
+    compiled, result = compile_and_diff(model, samples, seed, **kwargs)
+    for layer in result["layers"]:
+        assert layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"], layer
+        if layer["tolerance_lsb"] == 0:
+            assert layer["mismatches_vs_ort_qdq"] == 0, layer
+    if result["verdict"]["exact_model"]:
+        for name, out in result["outputs"].items():
+            assert out["int8_vs_ort_qdq"]["mismatches"] == 0, (name, out)
+    assert result["verdict"]["passed"], result["verdict"]
+    return compiled, result
+
+
+@functools.lru_cache(maxsize=1)
+def ort_int8_is_exact() -> bool:
+    """onnxruntime's int8 GEMM is exact here (x86 without VNNI may saturate int16 intermediates)."""
+    k = 64
+    a = np.full((1, k), 127, np.int8)
+    w = np.full((k, 1), 127, np.int8)
+    nodes = [helper.make_node("QLinearMatMul", ["a", "sa", "za", "w", "sw", "zw", "sy", "zy"], ["y"])]
+    g = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("a", TensorProto.INT8, [1, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 1])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(1), "sa"),
+                           numpy_helper.from_array(np.int8(0), "za"), numpy_helper.from_array(np.float32(1), "sw"),
+                           numpy_helper.from_array(np.int8(0), "zw"),
+                           numpy_helper.from_array(np.float32(127 * 127 * k / 100.0), "sy"),
+                           numpy_helper.from_array(np.int8(0), "zy")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    y = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    return int(y.reshape(())) == 100
