@@ -112,7 +112,7 @@ def run_diff(compiled: Compiled, data: Dataset) -> dict:
         gold = dict(zip(output_names, golden.run(output_names, sample)))
         for name, tid in zip(output_names, plan.outputs):
             t = plan.tensors[tid]
-            q = buffers[tid].astype(np.int32)
+            q = emulator.get(buffers, tid).astype(np.int32)
             g = np.clip(np.rint(gold[name] / np.float32(t.scale)), -128, 127).astype(np.int32)
             st = stats[name]
             st["compared"] += q.size

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .errors import ModelError
+from .errors import ModelError, UnsupportedError
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,12 @@ def from_onnx(model: onnx.ModelProto) -> Graph:
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), decode_attributes(n, opset), n.domain))
 
     def info(vi: onnx.ValueInfoProto) -> ValueInfo:
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type" or vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            what = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type) if kind == "tensor_type" \
+                else (kind or "untyped").replace("_type", "")
+            raise UnsupportedError(f"graph input/output '{vi.name}' is {what}: onnx2gemmini compiles models "
+                                   f"with float32 inputs and outputs")
         if vi.name not in shapes or any(d < 0 for d in shapes[vi.name]):
             raise ModelError(f"tensor '{vi.name}' has no static shape after shape inference; "
                              f"fix it with --input-shape")

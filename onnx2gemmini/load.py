@@ -110,6 +110,8 @@ def _fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
         for axis, d in enumerate(dims):
             if d.HasField("dim_value") and d.dim_value > 0:
                 continue
+            if d.HasField("dim_value") and not d.dim_param:
+                raise ModelError(f"input '{vi.name}': dimension {axis} is 0 (an empty tensor)")
             label = d.dim_param or "?"
             if axis == 0:
                 log.info("input '%s': dynamic batch dimension '%s' set to 1", vi.name, label)

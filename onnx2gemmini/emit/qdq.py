@@ -122,7 +122,12 @@ class _Builder:
             self.node("Identity", [ins[0]], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
         else:  # views, pools, Relu, Clip, Softmax: the float op between DQ and Q (views stay exact)
-            extra = [self.init(i, self.graph.initializers[i]) for i in ins[1:] if i]
+            if op == "AveragePool" and any(d != 1 for d in node.attrs.get("dilations") or []):
+                # onnxruntime would fuse DQ->AveragePool->Q into QLinearAveragePool, which rejects
+                # dilations; Max(x, x) keeps the exact same values and stops that fusion.
+                self.node("Max", [ins[0], ins[0]], [f"{out}__unfused"], name=f"{node.name}__no_fusion")
+                ins = [f"{out}__unfused"] + list(ins[1:])
+            extra = [self.init(i, self.graph.initializers[i]) if i else "" for i in ins[1:]]
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [ins[0]] + extra, [f"{out}__preq"], name=node.name, **attrs)
             self.qdq(f"{out}__preq", out)

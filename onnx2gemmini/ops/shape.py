@@ -50,7 +50,13 @@ class DropoutHandler(_View):
     limits = "inference only: the identity; the mask output is refused"
 
     def check(self, node, ctx):
-        return ["the mask output is used"] if len(node.outputs) > 1 and node.used(node.outputs[1]) else []
+        reasons = ["the mask output is used"] if len(node.outputs) > 1 and node.used(node.outputs[1]) else []
+        training = node.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        ratio = node.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        if len(node.inputs) > 2 and node.inputs[2] and (training is None or bool(training)):
+            if ratio is None or float(ratio) != 0.0:
+                reasons.append("training-mode dropout (random) is not inference")
+        return reasons
 
     def keeps_layout(self, node):
         return True

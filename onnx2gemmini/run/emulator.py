@@ -24,7 +24,9 @@ class Emulator:
         for step in plan.steps:
             for tid, value in zip(step.writes(), self._execute(step, buffers)):
                 buffers[tid] = value.reshape(plan.tensors[tid].shape)
-        return buffers if keep else {tid: buffers[tid] for tid in plan.outputs}
+        if keep:
+            return buffers
+        return {tid: self.get(buffers, tid) for tid in plan.outputs}
 
     def get(self, buffers: dict[str, np.ndarray], tid: str) -> np.ndarray:
         """A tensor's value, following views to the buffer that holds its bytes."""

@@ -1,0 +1,100 @@
+"""Rewrite passes, checked on unsimplified graphs so each pattern is exercised by our code."""
+import numpy as np
+from onnx import helper
+
+from onnx2gemmini.config import PRESETS
+from onnx2gemmini.graph import from_onnx
+from onnx2gemmini.load import load
+from onnx2gemmini.passes import run_passes
+from tests.helpers import infer_outputs, rng
+
+
+def rewritten(model, config="default"):
+    graph, changes = run_passes(from_onnx(load(model, simplify=False).model), PRESETS[config])
+    return graph, changes
+
+
+def conv_bn_relu_pool(pool_pads=0):
+    r = rng(0)
+    inits = {"W": r.normal(size=(4, 3, 3, 3)).astype(np.float32), "s": r.uniform(0.5, 2, 4).astype(np.float32),
+             "b": r.normal(size=4).astype(np.float32), "m": r.normal(size=4).astype(np.float32),
+             "v": r.uniform(0.5, 2, 4).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[pool_pads] * 4)]
+    return infer_outputs(nodes, {"x": [1, 3, 8, 8]}, inits)
+
+
+def test_bn_relu_pool_fold_into_one_conv_with_same_numbers():
+    model = conv_bn_relu_pool(pool_pads=1)
+    graph, changes = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["Conv"]
+    conv = graph.nodes[0]
+    assert conv.fused["activation"] == "relu" and conv.fused["pool"]["padding"] == 1
+    assert conv.outputs == ["y"]
+    assert len(changes) == 3
+    # the folded conv computes the same floats as conv + BN
+    import onnxruntime as ort
+    x = rng(1).normal(size=(1, 3, 8, 8)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    w, b = graph.initializers[conv.inputs[1]], graph.initializers[conv.inputs[2]]
+    folded = helper.make_graph([helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[3, 3],
+                                                 pads=[1, 1, 1, 1]),
+                                helper.make_node("Relu", ["c"], ["r"]),
+                                helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                                 pads=[1, 1, 1, 1])], "f",
+                               [helper.make_tensor_value_info("x", 1, [1, 3, 8, 8])],
+                               [helper.make_tensor_value_info("y", 1, None)],
+                               [helper.make_tensor("W", 1, w.shape, w.ravel()),
+                                helper.make_tensor("B", 1, b.shape, b.ravel())])
+    m = helper.make_model(folded, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_pool_not_fused_on_a_config_without_max_pool():
+    graph, _ = rewritten(conv_bn_relu_pool(), "ibert")
+    assert [n.op_type for n in graph.nodes] == ["Conv", "MaxPool"]
+
+
+def test_padded_pool_not_fused_without_relu():
+    r = rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], kernel_shape=[3, 3]),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    model = infer_outputs(nodes, {"x": [1, 3, 8, 8]}, {"W": r.normal(size=(4, 3, 3, 3)).astype(np.float32)})
+    graph, _ = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["Conv", "MaxPool"]
+
+
+def test_pool_window_above_three_not_fused():
+    r = rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[4, 4], strides=[4, 4])]
+    model = infer_outputs(nodes, {"x": [1, 3, 8, 8]}, {"W": r.normal(size=(4, 3, 1, 1)).astype(np.float32)})
+    graph, _ = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["Conv", "MaxPool"]
+
+
+def test_matmul_add_becomes_bias_and_clip_0_6_fuses():
+    r = rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["y"])]
+    model = infer_outputs(nodes, {"x": [2, 8]}, {"W": r.normal(size=(8, 4)).astype(np.float32),
+                                                "b": r.normal(size=4).astype(np.float32),
+                                                "lo": np.float32(0), "hi": np.float32(6)})
+    graph, changes = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["MatMul"]
+    node = graph.nodes[0]
+    assert node.fused["clip"] == (0.0, 6.0) and "bias" in node.fused
+    assert any("became the bias" in c for c in changes)
+
+
+def test_add_of_two_activations_is_not_a_bias():
+    r = rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "x2"], ["y"])]
+    model = infer_outputs(nodes, {"x": [2, 8], "x2": [2, 4]}, {"W": r.normal(size=(8, 4)).astype(np.float32)})
+    graph, _ = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["MatMul", "Add"]
