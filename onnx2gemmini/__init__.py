@@ -18,7 +18,7 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
          calib_method: str = "minmax", num_samples: int | None = None) -> dict:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`)."""
     from .data import load_data, random_data
-    from .diff import run_diff
+    from .compare import run_diff
 
     compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
                        calib_method=calib_method)

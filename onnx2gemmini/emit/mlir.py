@@ -1,0 +1,331 @@
+"""model.mlir: the Plan as one buddy-mlir module (docs/mlir.md).
+
+* `func.func @forward(float inputs in ONNX layout..., int8 outputs in ONNX layout...)`, static shapes; the
+  outputs are written in place (out-parameters), nothing is returned.
+* Gemmini steps become `gemmini.tile_matmul` / `gemmini.tile_conv` in generic form, with the layouts
+  buddy-mlir's lowering reads (spec/buddy-mlir.md §1.3): dense identity-layout memrefs, conv input NHWC,
+  weights [KH*KW*IC][OC], bias [OC] i32 (zeros when absent), output [N*OH*OW][OC]; dims as
+  `arith.constant : i64` right before the op; multipliers as `f32` attributes.
+* Everything else (quantize, resadd, global average, CPU ops, convs the lowering would get wrong) is a
+  `func.call` into the C runtime (emit/mlir_runtime.py), with unranked memref arguments.
+* Views between shapes are `memref.reshape` of the whole buffer (offset 0), lowered by
+  finalize-memref-to-llvm, which -lower-gemmini includes; no subviews, no strided layouts.
+* Weights are `memref.global "private" constant`, hex `dense` data, 64-byte aligned, printed after @forward.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..plan import Conv, Matmul, Plan, Step
+from .banner import banner_lines
+from .mlir_runtime import Arg, RuntimeCall, runtime_call
+from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, comment_text, dense, element_type, f32_attr,
+                        f32_literal, i64_attr, memref_type, shape_tag, unranked_type)
+
+ALIGN = 64
+BUDDY_BANK_NUM = 4       # Transform.h constants of buddy-mlir: changing them needs a rebuild of buddy-opt
+BUDDY_MAX_BYTES = 64
+ENTRY = "forward"
+C_IFACE = "attributes {llvm.emit_c_interface}"
+
+
+def lower_gemmini_options(config) -> str:
+    """The -lower-gemmini options matching `config` (elem_t/acc_t keep their int8/int32 defaults)."""
+    return f"dim={config.dim} acc_rows={config.acc_rows} bank_rows={config.bank_rows} addr_len=32"
+
+
+def check_config(config) -> None:
+    problems = []
+    if config.sp_banks != BUDDY_BANK_NUM:
+        problems.append(f"{config.sp_banks} scratchpad banks (buddy-mlir hard-codes {BUDDY_BANK_NUM})")
+    if config.dma_max_bytes != BUDDY_MAX_BYTES:
+        problems.append(f"dma_max_bytes {config.dma_max_bytes} (buddy-mlir hard-codes {BUDDY_MAX_BYTES})")
+    if problems:
+        raise UnsupportedError(f"--emit mlir: config {config.name} has {' and '.join(problems)}; "
+                               "use a 4-bank, 64-byte-DMA config or leave mlir out of --emit")
+
+
+def conv_needs_runtime(step: Conv) -> str:
+    """Why `gemmini.tile_conv` would compute this conv wrongly ('' when it is fine)."""
+    rect = step.in_row_dim != step.in_col_dim or step.out_row_dim != step.out_col_dim
+    if rect and step.pool_stride:
+        return "non-square map with a fused pool: buddy-mlir's rect-conv path drops pooling"
+    if step.input_dilation != 1 or step.kernel_dilation != 1:
+        return "dilation: tile_conv's lowering handles dilation 1 only"
+    return ""
+
+
+def emit_mlir(plan: Plan, command: str = "") -> str:
+    check_config(plan.config)
+    return _Module(plan).text(command)
+
+
+def write_mlir(plan: Plan, path: "str | Path", command: str = "") -> None:
+    Path(path).write_text(emit_mlir(plan, command))
+
+
+class _Module:
+    """Module-level symbols (runtime declarations, globals) collected while @forward is printed."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.decls: dict[str, tuple[str, ...]] = {}
+        self.globals: dict[str, str] = {}              # symbol -> full line
+        self.const_type: dict[str, tuple] = {}        # constant id -> (symbol, shape) of its global
+
+    def declare(self, sym: str, types: tuple[str, ...]) -> None:
+        if self.decls.setdefault(sym, types) != types:
+            raise UnsupportedError(f"--emit mlir: runtime function @{sym} is called with two signatures "
+                                   f"({', '.join(self.decls[sym])}) and ({', '.join(types)}); give it an "
+                                   "explicit ABI in emit/mlir_runtime.py")
+
+    def global_for(self, key: str, shape: tuple[int, ...], elem: str, data: np.ndarray, note: str = "") -> str:
+        """The symbol of a private constant global (created on first request)."""
+        sym = key
+        if sym not in self.globals:
+            comment = f"  // {comment_text(note)}" if note else ""
+            self.globals[sym] = (f'memref.global "private" constant @{sym} : {memref_type(shape, elem)} = '
+                                 f"{dense(data)} {{alignment = {ALIGN} : i64}}{comment}")
+        return sym
+
+    def text(self, command: str) -> str:
+        body = _Forward(self.plan, self).lines()
+        plan, cfg = self.plan, self.plan.config
+        out = [f"// {comment_text(line)}" for line in banner_lines(plan, command)]
+        out += [
+            "// buddy-mlir gemmini-dialect module (gemmini ops in generic form); ABI and pipeline: docs/mlir.md",
+            f"//   buddy-opt model.mlir -llvm-request-c-wrappers -lower-gemmini=\"{lower_gemmini_options(cfg)}\"",
+            "//   | buddy-translate -buddy-to-llvmir",
+            "//   | buddy-llc -filetype=obj -mtriple=riscv64 -mattr=+xgemmini,+D -float-abi=hard -o model.o",
+            "//   then link model.o with onnx2gemmini/runtime/o2g_mlir_abi.c (+ gemmini.h, the C runtime) and a main",
+            f"// @{ENTRY}: float inputs (ONNX layout), then int8 outputs (ONNX layout, written in place)",
+        ]
+        for tid in plan.inputs:
+            t = plan.tensors[tid]
+            out.append(f"//   input  %{tid}: '{comment_text(t.onnx_name)}' {shape_tag(t.shape)} float32")
+        for tid in plan.outputs:
+            t = plan.tensors[tid]
+            out.append(f"//   output %{tid}: '{comment_text(t.onnx_name)}' {shape_tag(t.shape)} int8, "
+                       f"scale {f32_literal(t.scale or 1.0)}")
+        out.append("module {")
+        for sym, types in sorted(self.decls.items()):
+            out.append(f"  func.func private @{sym}({', '.join(types)}) {C_IFACE}")
+        out += ["  " + line if line else "" for line in body]
+        out += ["  " + line for line in self.globals.values()]
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+
+class _Forward:
+    """The body of @forward: buffers, views and one printer per step kind."""
+
+    def __init__(self, plan: Plan, module: _Module):
+        self.plan, self.module = plan, module
+        self.names = SsaNames()
+        self.body: list[str] = []
+        self.storage: dict[str, str] = {}        # base tensor id -> SSA value of its whole buffer
+        self.allocated: set[str] = set()
+        self.views: dict[tuple, str] = {}        # (base id | @global, shape) -> SSA value
+
+    # --- values -----------------------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.body.append("  " + line)
+
+    def elem_of(self, tid: str) -> str:
+        if tid in self.plan.constants:
+            return element_type(self.plan.constants[tid].dtype)
+        return element_type(self.plan.base(tid).dtype)
+
+    def reshape(self, key, source: str, src_shape, shape, elem: str, hint: str) -> str:
+        """A dense view of `source` with another shape: memref.reshape of the whole buffer."""
+        if tuple(src_shape) == tuple(shape):
+            return source
+        if (key, shape) not in self.views:
+            shp = self.module.global_for(f"shape.{shape_tag(shape)}", (len(shape),), "i64",
+                                         np.asarray(shape, np.int64))
+            sv = self.names.fresh(f"shape.{shape_tag(shape)}")
+            v = self.names.fresh(f"{hint}.{shape_tag(shape)}")
+            self.emit(f"{sv} = memref.get_global @{shp} : {memref_type((len(shape),), 'i64')}")
+            self.emit(f"{v} = memref.reshape {source}({sv}) : ({memref_type(src_shape, elem)}, "
+                      f"{memref_type((len(shape),), 'i64')}) -> {memref_type(shape, elem)}")
+            self.views[(key, shape)] = v
+        return self.views[(key, shape)]
+
+    def tensor(self, tid: str, shape: tuple[int, ...], write: bool = False) -> str:
+        """The SSA memref of an activation's bytes seen with `shape` (allocated on first write)."""
+        base = self.plan.base(tid)
+        if int(np.prod(shape)) != int(np.prod(base.shape)):
+            raise AssertionError(f"tensor {tid}: {shape_tag(shape)} is not a view of {shape_tag(base.shape)}")
+        elem = element_type(base.dtype)
+        if base.id not in self.storage:
+            if not write:
+                raise AssertionError(f"tensor {tid} is read before any step writes it")
+            v = self.names.fresh(base.id)
+            self.emit(f"{v} = memref.alloc() {{alignment = {ALIGN} : i64}} : {memref_type(base.shape, elem)}")
+            self.storage[base.id] = v
+            self.allocated.add(base.id)
+        return self.reshape(base.id, self.storage[base.id], base.shape, tuple(shape), elem, base.id)
+
+    def constant(self, cid: str | None, shape: tuple[int, ...], elem: str = "i32") -> str:
+        """A weight or bias global seen with `shape`; `cid=None` is an all-zero bias."""
+        if cid is None:
+            sym = self.module.global_for(f"zero.{elem}.{shape_tag(shape)}", shape, elem,
+                                         np.zeros(shape, NUMPY_TYPES[elem]), "no bias")
+            gshape = shape
+        else:
+            data = self.plan.constants[cid]
+            elem = element_type(data.dtype)
+            if cid not in self.module.const_type:     # the global takes the shape of its first use
+                gshape = tuple(shape) if int(np.prod(shape)) == data.size else data.shape
+                sym = self.module.global_for(f"c.{cid}", gshape, elem, data.reshape(gshape),
+                                             f"{data.dtype} {shape_tag(gshape)}")
+                self.module.const_type[cid] = (sym, gshape)
+            sym, gshape = self.module.const_type[cid]
+            if int(np.prod(shape)) != data.size:
+                raise AssertionError(f"constant {cid} has {data.size} elements, used as {shape_tag(shape)}")
+        key = "@" + sym
+        if (key, gshape) not in self.views:
+            v = self.names.fresh(sym)
+            self.emit(f"{v} = memref.get_global @{sym} : {memref_type(gshape, elem)}")
+            self.views[(key, gshape)] = v
+        return self.reshape(key, self.views[(key, gshape)], gshape, tuple(shape), elem, sym)
+
+    def i64(self, value: int, hint: str) -> str:
+        v = self.names.fresh(hint)
+        self.emit(f"{v} = arith.constant {int(value)} : i64")
+        return v
+
+    # --- the function -----------------------------------------------------------------------------
+    def lines(self) -> list[str]:
+        plan = self.plan
+        params, copies = [], []
+        for tid in plan.inputs:
+            v = self.names.fresh(tid)
+            params.append(f"{v}: {memref_type(plan.tensors[tid].shape, element_type(plan.tensors[tid].dtype))}")
+            self.storage[tid] = v
+        claimed = {}
+        for tid in plan.outputs:
+            t, base = plan.tensors[tid], plan.base(tid)
+            v = self.names.fresh(tid)
+            params.append(f"{v}: {memref_type(t.shape, element_type(t.dtype))}")
+            if base.id in claimed or base.id in self.storage:
+                copies.append((tid, v))
+            else:
+                claimed[base.id] = (v, t.shape)
+        for base_id, (v, shape) in claimed.items():
+            base = plan.tensors[base_id]
+            self.storage[base_id] = self.reshape(base_id, v, shape, base.shape, element_type(base.dtype), base_id)
+        c0 = self.i64(0, "c0")
+        self.emit(f'"gemmini.flush"({c0}) : (i64) -> ()')
+        last = self._last_uses()
+        for index, step in enumerate(plan.steps):
+            self.body.append("")
+            self._step(index, step)
+            for base_id in last.get(index, ()):
+                if base_id in self.allocated:
+                    base = plan.tensors[base_id]
+                    self.emit(f"memref.dealloc {self.storage[base_id]} : "
+                              f"{memref_type(base.shape, element_type(base.dtype))}")
+        for tid, v in copies:
+            t = plan.tensors[tid]
+            ty = memref_type(t.shape, element_type(t.dtype))
+            self.emit(f"memref.copy {self.tensor(tid, t.shape)}, {v} : {ty} to {ty}")
+        head = f"func.func @{ENTRY}({', '.join(params)}) {C_IFACE} {{"
+        return [head] + self.body + ["  return", "}"]
+
+    def _last_uses(self) -> dict[int, list[str]]:
+        last: dict[str, int] = {}
+        for index, step in enumerate(self.plan.steps):
+            for tid in step.reads() + step.writes():
+                if tid in self.plan.tensors:
+                    last[self.plan.base(tid).id] = index
+        by_step: dict[int, list[str]] = {}
+        for base_id, index in last.items():
+            by_step.setdefault(index, []).append(base_id)
+        return by_step
+
+    def _step(self, index: int, step: Step) -> None:
+        what = f"[{index}] {step.kind} '{comment_text(step.node)}'"
+        if isinstance(step, Matmul):
+            self.emit(f"// {what}: gemmini.tile_matmul")
+            return self._matmul(step)
+        if isinstance(step, Conv) and not conv_needs_runtime(step):
+            self.emit(f"// {what}: gemmini.tile_conv")
+            return self._conv(step)
+        call = runtime_call(step, self.plan)
+        why = getattr(step, "reason", "") or (conv_needs_runtime(step) if isinstance(step, Conv) else "")
+        self.emit(f"// {what}: @{call.symbol}" + (f" ({comment_text(why)})" if why else ""))
+        self._call(step, call)
+
+    def _tiles(self, step) -> None:
+        if step.tiles:
+            tiles = " ".join(f"{k}={v}" for k, v in step.tiles.items())
+            self.emit(f"// tiles chosen by onnx2gemmini: {comment_text(tiles)} (the tile ops take none; "
+                      "-lower-gemmini tiles by its own heuristic)")
+
+    def _matmul(self, s: Matmul) -> None:
+        dense_strides = (s.stride_A, s.stride_B, s.stride_C) == (s.K, s.J, s.J) and (not s.D or s.stride_D == s.J)
+        if not dense_strides:
+            raise UnsupportedError(f"--emit mlir: matmul '{s.node}' uses row strides; tile_matmul reads dense "
+                                   "rows only")
+        d_shape = (1, s.J) if s.repeating_bias else (s.I, s.J)
+        a = self.tensor(s.A, (s.I, s.K))
+        b = self.constant(s.B, (s.K, s.J))
+        d = self.constant(s.D, d_shape)
+        c = self.tensor(s.C, (s.I, s.J), write=True)
+        types = (memref_type((s.I, s.K), self.elem_of(s.A)), memref_type((s.K, s.J), "i8"),
+                 memref_type((s.I, s.J), self.elem_of(s.C)), memref_type(d_shape, "i32"))
+        attrs = (f"accScale = {f32_attr(s.scale)}, act = {i64_attr(s.act)}, dataflow = {i64_attr(1)}, "
+                 f"repeatingBias = {bool_attr(s.repeating_bias)}")
+        self._tiles(s)
+        self.emit(f'"gemmini.tile_matmul"({a}, {b}, {c}, {d}) {{{attrs}}} : ({", ".join(types)}) -> ()')
+
+    def _conv(self, s: Conv) -> None:
+        poh, pow_ = s.pool_out_dims
+        in_shape = (s.batch_size, s.in_row_dim, s.in_col_dim, s.in_channels)
+        w_shape = (s.kernel_dim * s.kernel_dim * s.in_channels, s.out_channels)
+        out_shape = (s.batch_size * poh * pow_, s.out_channels)
+        x = self.tensor(s.input, in_shape)
+        w = self.constant(s.weights, w_shape)
+        b = self.constant(s.bias, (s.out_channels,))
+        y = self.tensor(s.output, out_shape, write=True)
+        hint = self.plan.base(s.output).id
+        dims = [self.i64(s.out_row_dim, f"{hint}.out_rows"), self.i64(s.out_col_dim, f"{hint}.out_cols"),
+                self.i64(s.kernel_dim, f"{hint}.kernel")]
+        types = (memref_type(in_shape, "i8"), memref_type(w_shape, "i8"), memref_type((s.out_channels,), "i32"),
+                 memref_type(out_shape, "i8"), "i64", "i64", "i64")
+        attrs = (f"act = {i64_attr(s.act)}, padding = {i64_attr(s.padding)}, "
+                 f"poolPadding = {i64_attr(s.pool_padding)}, poolSize = {i64_attr(s.pool_size)}, "
+                 f"poolStride = {i64_attr(s.pool_stride)}, scale = {f32_attr(s.scale)}, "
+                 f"stride = {i64_attr(s.stride)}")
+        self._tiles(s)
+        self.emit(f'"gemmini.tile_conv"({x}, {w}, {b}, {y}, {", ".join(dims)}) {{{attrs}}} : '
+                  f'({", ".join(types)}) -> ()')
+
+    def _call(self, step: Step, call: RuntimeCall) -> None:
+        writes = set(step.writes())
+        operands, types = [], []
+        for arg in call.args:
+            v, elem = self._arg(arg, arg.tensor in writes)
+            u = self.names.fresh(f"{arg.name}.u")
+            self.emit(f"{u} = memref.cast {v} : {memref_type(arg.shape, elem)} to {unranked_type(elem)}")
+            operands.append(u)
+            types.append(unranked_type(elem))
+        for sc in call.scalars:
+            v = self.names.fresh(sc.name)
+            literal = f32_literal(sc.value) if sc.type == "f32" else str(int(sc.value))
+            self.emit(f"{v} = arith.constant {literal} : {sc.type}")
+            operands.append(v)
+            types.append(sc.type)
+        self.module.declare(call.symbol, tuple(types))
+        self.emit(f"func.call @{call.symbol}({', '.join(operands)}) : ({', '.join(types)}) -> ()")
+
+    def _arg(self, arg: Arg, write: bool) -> tuple[str, str]:
+        if arg.tensor is None:
+            return self.constant(None, arg.shape, "i32"), "i32"
+        if arg.tensor in self.plan.constants:
+            return self.constant(arg.tensor, arg.shape), self.elem_of(arg.tensor)
+        return self.tensor(arg.tensor, arg.shape, write), self.elem_of(arg.tensor)

@@ -1,0 +1,191 @@
+"""The MLIR module's calls into the C runtime: one `func.func private @o2g_rt_<op>` per step kind or CPU op.
+
+The ABI (docs/mlir.md): every tensor is passed as an unranked memref (`memref<*xi8>`, `memref<*xf32>`,
+`memref<*xi32>`), tensors first (inputs, then outputs), in the dense shape listed below, so the callee
+reads ranks and sizes from the descriptors; then the scalar parameters as `i64` or `f32`, in the order
+listed. Every declaration carries `llvm.emit_c_interface`: the C side implements `_mlir_ciface_o2g_rt_<op>`
+(onnx2gemmini/runtime/o2g_mlir_abi.c).
+
+A step kind or CPU op without an entry here still gets a call: its tensors in their plan shapes and its
+scalar parameters in a fixed generic order (see `generic_call`), so a new CpuOp op needs only its runtime
+function.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from ..plan import Conv, CpuOp, GlobalAverage, Plan, Quantize, Resadd, Step
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A memref argument: a plan tensor or constant passed as a dense view with `shape`; `tensor=None`
+    means an all-zero int32 constant (a missing bias)."""
+
+    name: str
+    tensor: str | None
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str
+    type: str            # "i64" | "f32"
+    value: int | float
+
+
+@dataclass(frozen=True)
+class RuntimeCall:
+    symbol: str
+    args: tuple[Arg, ...]
+    scalars: tuple[Scalar, ...]
+
+
+_BUILDERS: dict[str, Callable[[Step, Plan], RuntimeCall]] = {}
+
+
+def abi(key: str):
+    """Register the call builder of a step kind ("resadd") or a CPU op ("cpu.maxpool")."""
+    def register(fn):
+        if key in _BUILDERS:
+            raise ValueError(f"runtime ABI for {key} registered twice")
+        _BUILDERS[key] = fn
+        return fn
+    return register
+
+
+def runtime_call(step: Step, plan: Plan) -> RuntimeCall:
+    key = f"cpu.{step.op}" if isinstance(step, CpuOp) else step.kind
+    builder = _BUILDERS.get(key, generic_call)
+    return builder(step, plan)
+
+
+def symbol(name: str) -> str:
+    return "o2g_rt_" + (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower() or "op")
+
+
+def _ints(name: str, values) -> list[Scalar]:
+    return [Scalar(f"{name}{i}", "i64", int(v)) for i, v in enumerate(values)]
+
+
+def _scalars(items) -> list[Scalar]:
+    """(name, value) pairs -> scalars: bool/int as i64, float as f32, lists element by element."""
+    out = []
+    for name, value in items:
+        if isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                out.extend(_scalars([(f"{name}{i}", v)]))
+        elif isinstance(value, (bool, int)):
+            out.append(Scalar(name, "i64", int(value)))
+        elif isinstance(value, float):
+            out.append(Scalar(name, "f32", value))
+        else:
+            raise TypeError(f"parameter {name}={value!r} has no runtime ABI type")
+    return out
+
+
+def _plain(plan: Plan, tid: str, name: str) -> Arg:
+    return Arg(name, tid, plan.tensors[tid].shape)
+
+
+def generic_call(step: Step, plan: Plan) -> RuntimeCall:
+    """Tensors in plan shapes (reads, then writes); CpuOp params in sorted key order, other steps' numeric
+    fields in declaration order."""
+    args = [_plain(plan, t, f"in{i}") for i, t in enumerate(step.reads())]
+    args += [_plain(plan, t, f"out{i}") for i, t in enumerate(step.writes())]
+    if isinstance(step, CpuOp):
+        scalars = _scalars(sorted(step.params.items()))
+        name = step.op
+    else:
+        scalars = _scalars((f.name, getattr(step, f.name)) for f in dataclasses.fields(step)
+                           if f.name != "node" and isinstance(getattr(step, f.name), (bool, int, float)))
+        name = step.kind
+    return RuntimeCall(symbol(name), tuple(args), tuple(scalars))
+
+
+@abi("quantize")
+def _quantize(step: Quantize, plan: Plan) -> RuntimeCall:
+    return RuntimeCall(symbol("quantize"), (_plain(plan, step.input, "x"), _plain(plan, step.output, "y")),
+                       (Scalar("scale", "f32", step.scale), Scalar("to_nhwc", "i64", int(step.to_nhwc))))
+
+
+@abi("resadd")
+def _resadd(step: Resadd, plan: Plan) -> RuntimeCall:
+    ij = (step.I, step.J)
+    return RuntimeCall(symbol("resadd"), (Arg("A", step.A, ij), Arg("B", step.B, ij), Arg("C", step.C, ij)),
+                       (Scalar("A_scale", "f32", step.A_scale), Scalar("B_scale", "f32", step.B_scale),
+                        Scalar("C_scale", "f32", step.C_scale), Scalar("relu", "i64", int(step.relu))))
+
+
+@abi("global_average")
+def _global_average(step: GlobalAverage, plan: Plan) -> RuntimeCall:
+    return RuntimeCall(symbol("global_average"),
+                       (Arg("input", step.input, (step.batches, step.dim, step.dim, step.channels)),
+                        Arg("output", step.output, (step.batches, step.channels))), ())
+
+
+@abi("conv")
+def _conv(step: Conv, plan: Plan) -> RuntimeCall:
+    """A conv the dialect cannot lower correctly, through the C library's tiled_conv_auto."""
+    poh, pow_ = step.pool_out_dims
+    k2ic = step.kernel_dim * step.kernel_dim * step.in_channels
+    args = (Arg("input", step.input, (step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels)),
+            Arg("weights", step.weights, (k2ic, step.out_channels)),
+            Arg("bias", step.bias, (step.out_channels,)),
+            Arg("output", step.output, (step.batch_size * poh * pow_, step.out_channels)))
+    scalars = [Scalar(n, "i64", getattr(step, n)) for n in
+               ("out_row_dim", "out_col_dim", "stride", "input_dilation", "kernel_dilation", "padding",
+                "kernel_dim", "act")]
+    scalars.append(Scalar("scale", "f32", step.scale))
+    scalars += [Scalar(n, "i64", getattr(step, n)) for n in ("pool_size", "pool_stride", "pool_padding")]
+    return RuntimeCall(symbol("conv"), args, tuple(scalars))
+
+
+def _unary(plan: Plan, step: CpuOp) -> tuple[Arg, Arg]:
+    return _plain(plan, step.inputs[0], "x"), _plain(plan, step.outputs[0], "y")
+
+
+def _window(p: dict) -> list[Scalar]:
+    return (_ints("kernel", p["kernel"]) + _ints("stride", p["strides"]) + _ints("pad", p["pads"])
+            + _ints("dilation", p["dilations"]))
+
+
+@abi("cpu.transpose")
+def _transpose(step: CpuOp, plan: Plan) -> RuntimeCall:
+    return RuntimeCall(symbol("transpose"), _unary(plan, step), tuple(_ints("perm", step.params["perm"])))
+
+
+@abi("cpu.im2col")
+def _im2col(step: CpuOp, plan: Plan) -> RuntimeCall:
+    p = step.params
+    return RuntimeCall(symbol("im2col"), _unary(plan, step), tuple(_window(p) + _ints("out", p["out"])))
+
+
+@abi("cpu.maxpool")
+def _maxpool(step: CpuOp, plan: Plan) -> RuntimeCall:
+    return RuntimeCall(symbol("maxpool"), _unary(plan, step), tuple(_window(step.params)))
+
+
+@abi("cpu.avgpool")
+def _avgpool(step: CpuOp, plan: Plan) -> RuntimeCall:
+    p = step.params
+    return RuntimeCall(symbol("avgpool"), _unary(plan, step),
+                       tuple(_window(p) + [Scalar("count_include_pad", "i64", int(p.get("count_include_pad", 0)))]))
+
+
+@abi("cpu.clip")
+def _clip(step: CpuOp, plan: Plan) -> RuntimeCall:
+    p = step.params
+    return RuntimeCall(symbol("clip"), _unary(plan, step),
+                       (Scalar("lo", "i64", int(p["lo"])), Scalar("hi", "i64", int(p["hi"]))))
+
+
+@abi("cpu.softmax")
+def _softmax(step: CpuOp, plan: Plan) -> RuntimeCall:
+    p = step.params
+    return RuntimeCall(symbol("softmax"), _unary(plan, step),
+                       (Scalar("axis", "i64", int(p["axis"])), Scalar("in_scale", "f32", float(p["in_scale"])),
+                        Scalar("out_scale", "f32", float(p["out_scale"]))))
