@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx2gemmini as o2g
 from onnx2gemmini.data import Dataset
-from onnx2gemmini.diff import run_diff
+from onnx2gemmini.compare import run_diff
 
 OPSET = 17
 

@@ -14,7 +14,7 @@ from onnx import numpy_helper, version_converter
 
 import onnx2gemmini as o2g
 from onnx2gemmini.data import Dataset
-from onnx2gemmini.diff import run_diff
+from onnx2gemmini.compare import run_diff
 from onnx2gemmini.metrics import cosine
 
 OPS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Clip", "Flatten",
