@@ -23,10 +23,11 @@ def test_minmax_takes_the_outlier():
     assert calibrate(identity_model(), data_with_outlier(), "minmax")["x"] == pytest.approx(50.0)
 
 
-@pytest.mark.parametrize("method", ["percentile", "mse"])
-def test_robust_methods_clip_the_outlier(method):
+@pytest.mark.parametrize("method,upper", [("percentile", 5.0), ("mse", 20.0)])
+def test_robust_methods_clip_the_outlier(method, upper):
+    # mse: 400k values in [-1, 1] plus one 50: rounding noise 2.07 t^2 vs clipping (50 - t)^2 -> t ~ 16.3
     amax = calibrate(identity_model(), data_with_outlier(), method)
-    assert 0.5 < amax["x"] < 5.0
+    assert 0.5 < amax["x"] < upper
     assert amax["y"] <= calibrate(identity_model(), data_with_outlier(), "minmax")["y"]
 
 
