@@ -22,9 +22,6 @@ from .ops.elementwise import resadd_tolerance
 from .plan import CpuOp, GlobalAverage, Resadd, Tensor
 from .run.emulator import Emulator
 
-INEXACT_CPU_OPS = {"softmax": 1, "avgpool": 1}
-
-
 def step_tolerance(step) -> int:
     """LSBs by which Gemmini's semantics may differ from onnxruntime's QDQ semantics for this step."""
     if isinstance(step, Resadd):
@@ -32,7 +29,7 @@ def step_tolerance(step) -> int:
     if isinstance(step, GlobalAverage):
         return 1
     if isinstance(step, CpuOp):
-        return INEXACT_CPU_OPS.get(step.op, 0)
+        return step.tolerance
     return 0
 
 

@@ -213,6 +213,7 @@ class CpuOp(Step):
     outputs: tuple[str, ...] = ()
     params: dict = field(default_factory=dict)
     reason: str = ""
+    tolerance: int = 0  # LSBs by which this kernel may differ from onnxruntime's QDQ semantics
 
     def reads(self):
         return self.inputs

@@ -69,31 +69,66 @@ def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float) -> Weight
     return WeightQuant(q, s_w, bias, sb)
 
 
+def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
+    """Tensors that must share one scale -> a representative (union-find).
+
+    A scale-preserving op ("input" rule) ties its output to its input; a "shared" op (Concat) ties all
+    its inputs to its output, so the concatenation moves int8 bytes without requantizing. Tensors whose
+    scale is fixed by a fused Clip(0, hi) never join a group.
+    """
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.get(t, t) != t:
+            t = parent[t]
+        return t
+
+    fixed = set()
+    for node in order:
+        rule = handlers[node.name].output_scale
+        acts = [i for i in node.inputs if i and i not in graph.initializers]
+        out = node.outputs[0]
+        if "clip" in node.fused or (rule == "input" and acts and acts[0] in fixed):
+            fixed.add(out)
+            continue
+        tied = acts[:1] if rule == "input" else acts if rule == "shared" else []
+        for t in tied:
+            if t not in fixed:
+                parent[find(t)] = find(out)
+    return {t: find(t) for t in list(parent) + [p for p in parent.values()]}
+
+
 def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order."""
     from .ops.registry import lookup  # handlers depend on this module
 
-    scales: dict[str, float] = {}
-    for vi in graph.inputs:
-        scales[vi.name] = scale_for(amax.get(vi.name, 0.0))
-    weights: dict[str, WeightQuant] = {}
-    for node in topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers)):
-        handler = lookup(node.op_type, graph.opset, node.domain)
-        if handler is None:
+    order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
+    handlers = {}
+    for node in order:
+        handlers[node.name] = lookup(node.op_type, graph.opset, node.domain)
+        if handlers[node.name] is None:
             raise UnsupportedError(f"node '{node.name}': no handler for {node.op_type}")
-        view = NodeView(node, graph)
+    groups = _scale_groups(graph, order, handlers)
+    group_amax: dict[str, float] = {}
+    for t, root in groups.items():
+        group_amax[root] = max(group_amax.get(root, 0.0), amax.get(t, 0.0))
+
+    def calibrated(t: str) -> float:
+        return scale_for(group_amax[groups[t]] if t in groups else amax.get(t, 0.0))
+
+    scales: dict[str, float] = {vi.name: calibrated(vi.name) for vi in graph.inputs}
+    weights: dict[str, WeightQuant] = {}
+    for node in order:
+        handler = handlers[node.name]
         activations = [i for i in node.inputs if i and i not in graph.initializers]
-        rule = handler.output_scale
-        for out in node.outputs:
-            if not out:
-                continue
-            if rule == "input" and activations:
-                scales[out] = scales[activations[0]]
-            elif "clip" in node.fused:
+        for out in (o for o in node.outputs if o):
+            if "clip" in node.fused:
                 scales[out] = scale_for(node.fused["clip"][1])
+            elif handler.output_scale == "input" and activations:
+                scales[out] = scales[activations[0]]
             else:
-                scales[out] = scale_for(amax.get(out, 0.0))
-        float_w = handler.float_weights(view)
+                scales[out] = calibrated(out)
+        float_w = handler.float_weights(NodeView(node, graph))
         if float_w is not None:
             w, b = float_w
             weights[node.name] = quantize_weights(w, b, scales[activations[0]])

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..plan import Conv, Matmul, Plan, Step
 from .banner import banner_lines
-from .mlir_runtime import Arg, RuntimeCall, runtime_call
+from .mlir_runtime import Arg, Array, RuntimeCall, runtime_calls
 from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, comment_text, dense, element_type, f32_attr,
                         f32_literal, i64_attr, memref_type, shape_tag, unranked_type)
 
@@ -114,7 +114,9 @@ class _Module:
         for sym, types in sorted(self.decls.items()):
             out.append(f"  func.func private @{sym}({', '.join(types)}) {C_IFACE}")
         out += ["  " + line if line else "" for line in body]
-        out += ["  " + line for line in self.globals.values()]
+        order = {"shape": 0, "zero": 1}
+        syms = sorted(self.globals, key=lambda sym: order.get(sym.split(".")[0], 2))  # stable within a kind
+        out += ["  " + self.globals[sym] for sym in syms]
         out.append("}")
         return "\n".join(out) + "\n"
 
@@ -255,10 +257,11 @@ class _Forward:
         if isinstance(step, Conv) and not conv_needs_runtime(step):
             self.emit(f"// {what}: gemmini.tile_conv")
             return self._conv(step)
-        call = runtime_call(step, self.plan)
+        calls = runtime_calls(step, self.plan)
         why = getattr(step, "reason", "") or (conv_needs_runtime(step) if isinstance(step, Conv) else "")
-        self.emit(f"// {what}: @{call.symbol}" + (f" ({comment_text(why)})" if why else ""))
-        self._call(step, call)
+        self.emit(f"// {what}: @{calls[0].symbol}" + (f" ({comment_text(why)})" if why else ""))
+        for call in calls:
+            self._call(step, call)
 
     def _tiles(self, step) -> None:
         if step.tiles:
@@ -314,14 +317,33 @@ class _Forward:
             self.emit(f"{u} = memref.cast {v} : {memref_type(arg.shape, elem)} to {unranked_type(elem)}")
             operands.append(u)
             types.append(unranked_type(elem))
-        for sc in call.scalars:
-            v = self.names.fresh(sc.name)
-            literal = f32_literal(sc.value) if sc.type == "f32" else str(int(sc.value))
-            self.emit(f"{v} = arith.constant {literal} : {sc.type}")
+        for param in call.params:
+            if isinstance(param, Array):
+                operands.append(self._array(param))
+                types.append(unranked_type(param.type))
+                continue
+            v = self.names.fresh(param.name)
+            literal = f32_literal(param.value) if param.type == "f32" else str(int(param.value))
+            self.emit(f"{v} = arith.constant {literal} : {param.type}")
             operands.append(v)
-            types.append(sc.type)
+            types.append(param.type)
         self.module.declare(call.symbol, tuple(types))
         self.emit(f"func.call @{call.symbol}({', '.join(operands)}) : ({', '.join(types)}) -> ()")
+
+    def _array(self, param: Array) -> str:
+        """A constant parameter list as an unranked memref (one global per distinct list)."""
+        data = np.asarray(param.values, NUMPY_TYPES[param.type])
+        if param.type == "i64":
+            tag = "_".join(str(v).replace("-", "m") for v in param.values) or "empty"
+        else:
+            tag = data.tobytes().hex()[:16] + f"_{len(data)}"
+        shape = (len(data),)
+        sym = self.module.global_for(f"{param.type}s.{tag}", shape, param.type, data)
+        v = self.names.fresh(param.name)
+        u = self.names.fresh(f"{param.name}.u")
+        self.emit(f"{v} = memref.get_global @{sym} : {memref_type(shape, param.type)}")
+        self.emit(f"{u} = memref.cast {v} : {memref_type(shape, param.type)} to {unranked_type(param.type)}")
+        return u
 
     def _arg(self, arg: Arg, write: bool) -> tuple[str, str]:
         if arg.tensor is None:

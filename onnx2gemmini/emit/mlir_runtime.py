@@ -1,14 +1,15 @@
 """The MLIR module's calls into the C runtime: one `func.func private @o2g_rt_<op>` per step kind or CPU op.
 
 The ABI (docs/mlir.md): every tensor is passed as an unranked memref (`memref<*xi8>`, `memref<*xf32>`,
-`memref<*xi32>`), tensors first (inputs, then outputs), in the dense shape listed below, so the callee
-reads ranks and sizes from the descriptors; then the scalar parameters as `i64` or `f32`, in the order
-listed. Every declaration carries `llvm.emit_c_interface`: the C side implements `_mlir_ciface_o2g_rt_<op>`
-(onnx2gemmini/runtime/o2g_mlir_abi.c).
+`memref<*xi32>`) in the dense shape listed below, so the callee reads ranks and sizes from the descriptors;
+tensors come first (inputs, then outputs), then the parameters: `i64` or `f32` scalars, and lists whose
+length varies (a permutation) as `memref<*xi64>` / `memref<*xf32>` constants. So one symbol has one type
+whatever the ranks and arities. Every declaration carries `llvm.emit_c_interface`: the C side implements
+`_mlir_ciface_o2g_rt_<op>` (onnx2gemmini/runtime/o2g_mlir_abi.c).
 
-A step kind or CPU op without an entry here still gets a call: its tensors in their plan shapes and its
-scalar parameters in a fixed generic order (see `generic_call`), so a new CpuOp op needs only its runtime
-function.
+A step kind or CPU op without an entry here still gets a call (see `generic_call`): its tensors in their
+plan shapes, then its parameters in a fixed generic order, so a new CpuOp op needs only its runtime
+function (and a Python model in tests/emit/mlir_interp.py).
 """
 from __future__ import annotations
 
@@ -38,13 +39,22 @@ class Scalar:
 
 
 @dataclass(frozen=True)
+class Array:
+    """A parameter list passed as a constant `memref<*x{type}>` (its length is the memref's size)."""
+
+    name: str
+    type: str            # "i64" | "f32"
+    values: tuple
+
+
+@dataclass(frozen=True)
 class RuntimeCall:
     symbol: str
     args: tuple[Arg, ...]
-    scalars: tuple[Scalar, ...]
+    params: tuple["Scalar | Array", ...]
 
 
-_BUILDERS: dict[str, Callable[[Step, Plan], RuntimeCall]] = {}
+_BUILDERS: dict[str, Callable[[Step, Plan], "RuntimeCall | list[RuntimeCall]"]] = {}
 
 
 def abi(key: str):
@@ -57,10 +67,10 @@ def abi(key: str):
     return register
 
 
-def runtime_call(step: Step, plan: Plan) -> RuntimeCall:
+def runtime_calls(step: Step, plan: Plan) -> list[RuntimeCall]:
     key = f"cpu.{step.op}" if isinstance(step, CpuOp) else step.kind
-    builder = _BUILDERS.get(key, generic_call)
-    return builder(step, plan)
+    calls = _BUILDERS.get(key, generic_call)(step, plan)
+    return calls if isinstance(calls, list) else [calls]
 
 
 def symbol(name: str) -> str:
@@ -71,13 +81,17 @@ def _ints(name: str, values) -> list[Scalar]:
     return [Scalar(f"{name}{i}", "i64", int(v)) for i, v in enumerate(values)]
 
 
-def _scalars(items) -> list[Scalar]:
-    """(name, value) pairs -> scalars: bool/int as i64, float as f32, lists element by element."""
+def _scalars(items) -> list["Scalar | Array"]:
+    """(name, value) pairs -> parameters: bool/int as i64, float as f32, lists as constant arrays."""
     out = []
     for name, value in items:
         if isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                out.extend(_scalars([(f"{name}{i}", v)]))
+            if all(isinstance(v, (bool, int)) for v in value):
+                out.append(Array(name, "i64", tuple(int(v) for v in value)))
+            elif all(isinstance(v, (bool, int, float)) for v in value):
+                out.append(Array(name, "f32", tuple(float(v) for v in value)))
+            else:
+                raise TypeError(f"parameter {name}={value!r} has no runtime ABI type")
         elif isinstance(value, (bool, int)):
             out.append(Scalar(name, "i64", int(value)))
         elif isinstance(value, float):
@@ -155,7 +169,23 @@ def _window(p: dict) -> list[Scalar]:
 
 @abi("cpu.transpose")
 def _transpose(step: CpuOp, plan: Plan) -> RuntimeCall:
-    return RuntimeCall(symbol("transpose"), _unary(plan, step), tuple(_ints("perm", step.params["perm"])))
+    perm = Array("perm", "i64", tuple(int(v) for v in step.params["perm"]))
+    return RuntimeCall(symbol("transpose"), _unary(plan, step), (perm,))
+
+
+@abi("cpu.concat")
+def _concat(step: CpuOp, plan: Plan) -> list[RuntimeCall]:
+    """One call per input, each copying (and requantizing) it into its slice of the output, so the
+    signature does not depend on the number of inputs."""
+    p, out = step.params, step.outputs[0]
+    axis, calls, offset = int(p["axis"]), [], 0
+    for tid, in_scale in zip(step.inputs, p["in_scales"]):
+        calls.append(RuntimeCall(symbol("concat_into"), (_plain(plan, tid, "x"), _plain(plan, out, "y")),
+                                 (Scalar("axis", "i64", axis), Scalar("offset", "i64", offset),
+                                  Scalar("in_scale", "f32", float(in_scale)),
+                                  Scalar("out_scale", "f32", float(p["out_scale"])))))
+        offset += plan.tensors[tid].shape[axis]
+    return calls
 
 
 @abi("cpu.im2col")

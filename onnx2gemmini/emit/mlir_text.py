@@ -54,11 +54,14 @@ def bool_attr(b: bool) -> str:
 
 
 def dense(array: np.ndarray) -> str:
-    """`dense<...>` for a memref.global: a splat when every element is equal, else little-endian hex bytes."""
+    """`dense<...>` for a memref.global: a splat when every element is equal, a list for a short i64 vector,
+    else little-endian hex bytes."""
     a = np.ascontiguousarray(array)
     if a.size and (a == a.reshape(-1)[0]).all():
         v = a.reshape(-1)[0]
         return f"dense<{f32_literal(v) if a.dtype.kind == 'f' else int(v)}>"
+    if a.ndim == 1 and a.size <= 8 and a.dtype == np.int64:  # shape vectors: readable
+        return f"dense<[{', '.join(str(int(v)) for v in a)}]>"
     return f'dense<"0x{a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes().hex().upper()}">'
 
 

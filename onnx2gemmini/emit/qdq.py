@@ -127,7 +127,8 @@ class _Builder:
                 # dilations; Max(x, x) keeps the exact same values and stops that fusion.
                 self.node("Max", [ins[0], ins[0]], [f"{out}__unfused"], name=f"{node.name}__no_fusion")
                 ins = [f"{out}__unfused"] + list(ins[1:])
-            extra = [self.init(i, self.graph.initializers[i]) if i else "" for i in ins[1:]]
+            extra = [self.init(i, self.graph.initializers[i]) if i in self.graph.initializers else i
+                     for i in ins[1:]]
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [ins[0]] + extra, [f"{out}__preq"], name=node.name, **attrs)
             self.qdq(f"{out}__preq", out)

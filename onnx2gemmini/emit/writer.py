@@ -15,7 +15,7 @@ import onnx
 from ..errors import OutputError, UsageError
 from .report import build_report, report_json, report_markdown
 
-EMITTERS = ("qdq",)  # extended as back ends land; see `available_emitters`
+EMITTERS = ("mlir", "qdq")  # extended as back ends land; see `available_emitters`
 
 
 def available_emitters() -> tuple[str, ...]:
@@ -62,6 +62,9 @@ def write_outputs(compiled, out: Path, emit=None, force: bool = False) -> Path:
         if "qdq" in emit:
             from .qdq import build_qdq
             onnx.save(build_qdq(compiled.graph, compiled.quant, compiled.plan.model_name), tmp / "model.qdq.onnx")
+        if "mlir" in emit:
+            from .mlir import write_mlir
+            write_mlir(compiled.plan, tmp / "model.mlir", compiled.command)
         timing["emit_s"] = time.perf_counter() - t
         report = build_report(compiled, timing)
         (tmp / "report.json").write_text(report_json(report))

@@ -42,6 +42,7 @@ class _CpuPool(Handler):
     output_scale = "input"
     op = ""
     reason = ""
+    tolerance = 0
 
     def check(self, node, ctx):
         reasons = _check_2d(node)
@@ -56,7 +57,7 @@ class _CpuPool(Handler):
         y = ctx.output(node.output, (n, oh, ow, c), "NHWC")
         lowered.tensors.append(y)
         lowered.steps.append(CpuOp(node.name, op=self.op, inputs=(x.id,), outputs=(y.id,),
-                                   params=pool_params(node), reason=self.reason))
+                                   params=pool_params(node), reason=self.reason, tolerance=self.tolerance))
         return lowered
 
 
@@ -75,6 +76,7 @@ class AveragePoolHandler(_CpuPool):
     limits = "int8 average on the CPU, round half to even (1 LSB tolerance vs onnxruntime)"
     op = "avgpool"
     reason = "Gemmini has no windowed average pooling"
+    tolerance = 1
 
 
 @handler("GlobalAveragePool", since=1)
@@ -99,5 +101,6 @@ class GlobalAveragePoolHandler(Handler):
                                        params={"kernel": [h, w], "strides": [1, 1], "pads": [0, 0, 0, 0],
                                                "dilations": [1, 1], "ceil_mode": 0, "out": [1, 1],
                                                "count_include_pad": 0},
-                                       reason=f"non-square feature map {h}x{w}: Gemmini averages square maps"))
+                                       reason=f"non-square feature map {h}x{w}: Gemmini averages square maps",
+                                       tolerance=1))
         return lowered

@@ -36,7 +36,8 @@ class Handler:
     domain: ClassVar[str] = ""
     gemmini: ClassVar[str] = ""          # the Gemmini mapping, for the support table
     limits: ClassVar[str] = ""           # what falls back to the CPU or is refused
-    output_scale: ClassVar[str] = "calibrated"   # or "input": the output shares the input's scale
+    # "calibrated"; "input": the output shares the input's scale; "shared": inputs and output share one
+    output_scale: ClassVar[str] = "calibrated"
 
     def check(self, node: NodeView, ctx: Any) -> list[str]:
         """Reasons this node cannot be converted at all (empty: convertible)."""
@@ -78,7 +79,7 @@ def all_handlers() -> list[Handler]:
 
 
 def _load_all() -> None:
-    from . import conv, elementwise, gemm, pool, shape, softmax  # noqa: F401  (registration)
+    from . import concat, conv, elementwise, gemm, pool, shape, softmax  # noqa: F401  (registration)
 
 
 _load_all()

@@ -75,6 +75,8 @@ class Emulator:
                                    p.get("count_include_pad", 0))
         if step.op == "clip":
             return np.clip(x, p["lo"], p["hi"]).astype(np.int8)
+        if step.op == "concat":
+            return kernels.concat(args, p["axis"], p["in_scales"], p["out_scale"])
         if step.op == "softmax":
             return kernels.softmax(x, p["axis"], p["in_scale"], p["out_scale"])
         raise TypeError(f"unknown CPU op {step.op}")

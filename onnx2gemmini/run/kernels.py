@@ -143,3 +143,15 @@ def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
     e = np.exp(f - f.max(axis=axis, keepdims=True))
     p = e / e.sum(axis=axis, keepdims=True)
     return np.clip(np.rint(p / np.float32(out_scale)), -128, 127).astype(np.int8)
+
+
+def requantize(x: np.ndarray, s_in: float, s_out: float) -> np.ndarray:
+    """int8 at scale s_in -> int8 at s_out as DQ then Q do it: float32(x*s_in)/s_out, RNE, saturate."""
+    if s_in == s_out:
+        return x
+    y = np.rint((x.astype(np.float32) * np.float32(s_in)) / np.float32(s_out))
+    return np.clip(y, -128, 127).astype(np.int8)
+
+
+def concat(xs: list[np.ndarray], axis: int, in_scales, out_scale) -> np.ndarray:
+    return np.concatenate([requantize(x, s, out_scale) for x, s in zip(xs, in_scales)], axis=axis)

@@ -1,0 +1,545 @@
+"""The C back end: OUT/c/, a program that runs the Plan with the gemmini.h API.
+
+Targets gemmini.h of ucb-bar/gemmini-rocc-tests, branch dev, commit 180c468 (2023-10-07): model.c is a
+straight-line sequence of its calls (tiled_matmul_auto / tiled_matmul, tiled_conv_auto / tiled_conv,
+tiled_conv_dw_auto / tiled_conv_dw, tiled_resadd_auto, tiled_global_average_auto) with that version's
+exact signatures (spec/gemmini.md §3), one per plan step, and CPU steps calling the o2g_runtime kernels.
+
+Why it looks the way it does:
+* weights leave as binary data (weights.bin, pulled in by weights.S with .incbin, one 64-byte-aligned
+  symbol per tensor), so even ResNet-50 builds in seconds;
+* memory is static: weights const, activations in one int8 arena whose offsets come from memory.py,
+  the float model inputs in their own buffers; views alias their base;
+* the same model.c builds for the host (bundled host/gemmini.h), for RISC-V + picolibc on Spike, and
+  bare-metal against the real gemmini.h (Makefile targets, see runtime/templates/Makefile.in);
+* output is a pure function of the Plan (and the self-test sample): byte-identical files every time.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..memory import ALIGN, align_up, plan_memory
+from ..plan import RELU, Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd, Step
+from ..planner import sanitize, unique_ids
+from ..run.emulator import Emulator
+from .banner import banner_lines, safe_comment_text
+
+GEMMINI_VERSION = "ucb-bar/gemmini-rocc-tests branch dev, commit 180c468 (2023-10-07)"
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+RUNTIME_FILES = {"o2g_runtime.h": "o2g_runtime.h", "o2g_runtime.c": "o2g_runtime.c",
+                 "o2g_htif.c": "o2g_htif.c", "host/gemmini.h": "host/gemmini.h"}
+MATMUL_TILES = ("tile_I", "tile_J", "tile_K")
+CONV_TILES = ("batches", "porows", "pocols", "pochs", "krows", "kcols", "kchs")
+DW_TILES = ("batches", "porows", "pocols", "krows", "kcols")
+AVGPOOL_MAX_WINDOW = 1 << 17  # o2g_avgpool's integer rounding equals float32 division below this
+SOFTMAX_TOLERANCE_LSB = 1     # float exp and summation order differ from NumPy's
+
+
+def write_c(compiled_or_plan, out_dir: Path, command: str = "", prefix: str | None = None,
+            sample: dict[str, np.ndarray] | None = None) -> Path:
+    """Write OUT/c/ for a Compiled (or a bare Plan); `sample` (float inputs by ONNX name) is the self-test's."""
+    plan: Plan = getattr(compiled_or_plan, "plan", compiled_or_plan)
+    command = command or getattr(compiled_or_plan, "command", "")
+    out_dir = Path(out_dir)
+    for name, data in c_files(plan, command, prefix, sample).items():
+        path = out_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return out_dir
+
+
+def c_files(plan: Plan, command: str = "", prefix: str | None = None,
+            sample: dict[str, np.ndarray] | None = None) -> dict[str, bytes]:
+    """Every file of OUT/c/ by relative path, as bytes."""
+    program = CProgram(plan, command, prefix)
+    files = program.files(sample if sample is not None else default_sample(plan))
+    for dest, src in RUNTIME_FILES.items():
+        files[dest] = (RUNTIME / src).read_bytes()
+    return dict(sorted(files.items()))
+
+
+def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic self-test input: uniform over each input's int8 range (so every code is likely)."""
+    rng = np.random.default_rng(seed)
+    sample = {}
+    for tid in plan.inputs:
+        t = plan.tensors[tid]
+        q = next(s for s in plan.steps if isinstance(s, Quantize) and s.input == tid)
+        sample[t.onnx_name] = (rng.uniform(-128.0, 127.0, t.shape) * q.scale).astype(np.float32)
+    return sample
+
+
+# --- literals ------------------------------------------------------------------------------------
+
+def c_float(x: float) -> str:
+    """An exact float32 literal in hex (0x1.8p-3f): the value Gemmini and the emulator use."""
+    v = float(np.float32(x))
+    if not np.isfinite(v):
+        raise UnsupportedError(f"C back end: non-finite scale {x}")
+    mant, exp = v.hex().split("p")
+    mant = mant.rstrip("0").rstrip(".") if "." in mant else mant
+    return f"{mant}p{exp}f"
+
+
+def c_string(text: str) -> str:
+    """A C string literal for any text (UTF-8 bytes, escapes; no trigraphs)."""
+    out = []
+    for b in text.encode("utf-8"):
+        ch = chr(b)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 32 <= b < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def block_comment(lines: list[str], indent: str = "") -> list[str]:
+    body = [f"{indent} * {safe_comment_text(line)}".rstrip() for line in lines]
+    return [f"{indent}/*"] + body + [f"{indent} */"]
+
+
+def dims(shape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+# --- binary blobs with an assembler wrapper --------------------------------------------------------
+
+def blob(arrays: list[tuple[str, np.ndarray]]) -> tuple[bytes, list[tuple[str, int, int]]]:
+    """Concatenate little-endian arrays, each at a 64-byte-aligned offset: (bytes, [(symbol, offset, size)])."""
+    data = bytearray()
+    table = []
+    for symbol, array in arrays:
+        raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        data += bytes(align_up(len(data), ALIGN) - len(data))
+        table.append((symbol, len(data), len(raw)))
+        data += raw
+    return bytes(data), table
+
+
+def incbin_source(banner: list[str], what: str, bin_name: str, table) -> str:
+    """A .S file giving each blob slice its own global, aligned, sized symbol (x86-64 and RISC-V gas)."""
+    lines = block_comment(banner + ["", f"{what}: {bin_name} as one 64-byte-aligned symbol per array."])
+    lines += ["", "\t.section .rodata", ""]
+    for symbol, offset, size in table:
+        lines += [f"\t.balign {ALIGN}", f"\t.globl {symbol}", f"\t.type {symbol}, @object",
+                  f"\t.size {symbol}, {size}", f"{symbol}:", f'\t.incbin "{bin_name}", {offset}, {size}', ""]
+    lines += ['\t.section .note.GNU-stack,"",@progbits', ""]
+    return "\n".join(lines)
+
+
+# --- the program -------------------------------------------------------------------------------
+
+C_TYPES = {"int8": "elem_t", "int32": "acc_t", "float32": "float"}
+
+
+class CProgram:
+    """Names every buffer and prints model.h, model.c, model_config.h, weights.*, the self-test data,
+    main.c, selftest.c and the Makefile for one plan."""
+
+    def __init__(self, plan: Plan, command: str = "", prefix: str | None = None):
+        self.plan = plan
+        self.p = sanitize(prefix) if prefix else "o2g_" + sanitize(plan.model_name).lower()
+        self.P = self.p.upper()
+        self.banner = banner_lines(plan, command) + [f"gemmini.h: {GEMMINI_VERSION}"]
+        self.memory = plan_memory(plan)
+        tensor_names = unique_ids(plan.tensors)
+        const_names = unique_ids(plan.constants)
+        self.const_sym = {cid: f"{self.p}_w_{const_names[cid]}" for cid in plan.constants}
+        self.input_sym = {tid: f"{self.p}_in_{tensor_names[tid]}" for tid in plan.inputs}
+        self.tensor_sym = {tid: f"{self.p}_t_{tensor_names[tid]}" for tid in plan.tensors}
+
+    # -- naming ----------------------------------------------------------------------------
+    def ptr(self, tid: str) -> str:
+        """The C expression for a buffer: weight symbol, float input buffer, or arena macro."""
+        if tid in self.plan.constants:
+            return self.const_sym[tid]
+        base = self.plan.base(tid)
+        if base.id in self.input_sym:
+            return self.input_sym[base.id]
+        return self.tensor_sym[tid]
+
+    def elems(self, tid: str) -> int:
+        return int(np.prod(self.plan.tensors[tid].shape, dtype=np.int64))
+
+    def replace(self, template: str) -> str:
+        return template.replace("@P@", self.p).replace("@PU@", self.P).replace("@GEMMINI_VERSION@", GEMMINI_VERSION)
+
+    def c_banner(self) -> list[str]:
+        return block_comment(self.banner)
+
+    # -- files -----------------------------------------------------------------------------
+    def files(self, sample: dict[str, np.ndarray]) -> dict[str, bytes]:
+        plan = self.plan
+        weights, wtable = blob([(self.const_sym[c], a) for c, a in plan.constants.items()])
+        data, dtable = self.selftest_blob(sample)
+        text = {
+            "model.h": self.model_h(),
+            "model_config.h": self.config_h(),
+            "model.c": self.model_c(wtable),
+            "weights.S": incbin_source(self.banner, "weights.S: the model's constant data", "weights.bin",
+                                       wtable),
+            "selftest_data.S": incbin_source(self.banner, "selftest_data.S: the self-test's sample and "
+                                             "expected outputs", "selftest_data.bin", dtable),
+            "selftest_data.c": self.selftest_data_c(dtable),
+            "main.c": self.template("main.c.in", "\n".join(self.c_banner())),
+            "selftest.c": self.template("selftest.c.in", "\n".join(self.c_banner())),
+            "Makefile": self.template("Makefile.in", "\n".join("# " + safe_comment_text(line)
+                                                               for line in self.banner)),
+        }
+        files = {name: body.encode() for name, body in text.items()}
+        files["weights.bin"] = weights
+        files["selftest_data.bin"] = data
+        return files
+
+    def template(self, name: str, banner: str) -> str:
+        return self.replace((RUNTIME / "templates" / name).read_text()).replace("@BANNER@", banner)
+
+    def config_h(self) -> str:
+        cfg, guard = self.plan.config, f"{self.P}_MODEL_CONFIG_H"
+        lines = self.c_banner() + [
+            f"#ifndef {guard}", f"#define {guard}", "",
+            f"/* The Gemmini configuration '{safe_comment_text(cfg.name)}' this model was compiled for: the",
+            " * gemmini_params.h it is built against must agree (model.c checks), and the host build",
+            " * configures host/gemmini.h with these values. */",
+            f"#define {self.P}_DIM {cfg.dim}",
+            f"#define {self.P}_BANK_NUM {cfg.sp_banks}",
+            f"#define {self.P}_BANK_ROWS {cfg.bank_rows}",
+            f"#define {self.P}_ACC_ROWS {cfg.acc_rows}",
+            "", f"#endif /* {guard} */", ""]
+        return "\n".join(lines)
+
+    def model_h(self) -> str:
+        plan, p, P = self.plan, self.p, self.P
+        guard = f"{P}_MODEL_H"
+        lines = self.c_banner() + [
+            f"#ifndef {guard}", f"#define {guard}", "",
+            "#include <stddef.h>", "#include <stdint.h>", "",
+            "/*",
+            f" * {safe_comment_text(plan.model_name)} for Gemmini. Write every float32 input (ONNX layout) into",
+            f" * {p}_inputs[i], call {p}_run(), read the int8 outputs (ONNX layout) from {p}_outputs[i]",
+            f" * (real value = int8 * {p}_output_scales[i]). Static memory only; not reentrant.",
+            " */",
+            f"#define {P}_NUM_INPUTS {len(plan.inputs)}",
+            f"#define {P}_NUM_OUTPUTS {len(plan.outputs)}",
+            f"#define {P}_NUM_LAYERS {len(plan.steps)}",
+            f"#define {P}_ARENA_BYTES {self.arena_size()} /* activations; lower bound "
+            f"{self.memory.lower_bound_bytes} */",
+            f"#define {P}_WEIGHT_BYTES {sum(int(a.nbytes) for a in plan.constants.values())}",
+            ""]
+        for i, tid in enumerate(plan.inputs):
+            t = plan.tensors[tid]
+            lines.append(f"/* input {i}: '{safe_comment_text(t.onnx_name)}' float32 {list(t.shape)} */")
+        for i, tid in enumerate(plan.outputs):
+            t = plan.tensors[tid]
+            lines.append(f"/* output {i}: '{safe_comment_text(t.onnx_name)}' int8 {list(t.onnx_shape)}, "
+                         f"scale {c_float(t.scale or 1.0)} */")
+        lines += [
+            "",
+            f"extern float *const {p}_inputs[{P}_NUM_INPUTS];",
+            f"extern const size_t {p}_input_sizes[{P}_NUM_INPUTS]; /* values */",
+            f"extern const char *const {p}_input_names[{P}_NUM_INPUTS];",
+            f"extern const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS];",
+            f"extern const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]; /* values */",
+            f"extern const float {p}_output_scales[{P}_NUM_OUTPUTS];",
+            f"extern const char *const {p}_output_names[{P}_NUM_OUTPUTS];",
+            "",
+            "/* One entry per plan step: the ONNX node name and the cycles of the last run (read_cycles()). */",
+            f"extern const char *const {p}_layer_names[{P}_NUM_LAYERS];",
+            f"extern uint64_t {p}_layer_cycles[{P}_NUM_LAYERS];",
+            "",
+            "/* Runs the model once: quantizes the inputs, then every layer in order. */",
+            f"void {p}_run(void);",
+            "", f"#endif /* {guard} */", ""]
+        return "\n".join(lines)
+
+    def arena_size(self) -> int:
+        return max(self.memory.arena_bytes, ALIGN)
+
+    def model_c(self, wtable) -> str:
+        plan, p, P = self.plan, self.p, self.P
+        lines = self.c_banner() + [
+            "/*",
+            f" * model.c: the forward pass, one gemmini.h call (or o2g_runtime CPU kernel) per plan step.",
+            f" * gemmini.h API: {GEMMINI_VERSION}.",
+            " */",
+            '#include "model.h"', '#include "model_config.h"', "",
+            "#ifdef O2G_HOST /* the bundled host implementation takes its parameters from the config */",
+            f"#define DIM {P}_DIM", f"#define BANK_NUM {P}_BANK_NUM", f"#define BANK_ROWS {P}_BANK_ROWS",
+            f"#define ACC_ROWS {P}_ACC_ROWS", "#endif",
+            '#include "gemmini.h"',
+            "#ifndef GEMMINI_HOST",
+            '#include "include/gemmini_testutils.h" /* read_cycles() */',
+            "#endif",
+            '#include "o2g_runtime.h"', "",
+            f"#if DIM != {P}_DIM || BANK_NUM != {P}_BANK_NUM || BANK_ROWS != {P}_BANK_ROWS || "
+            f"ACC_ROWS != {P}_ACC_ROWS",
+            f'#error "gemmini_params.h does not match the Gemmini configuration this model was compiled '
+            f'for (model_config.h)"',
+            "#endif", ""]
+        lines += ["/* Constant data: weights.bin, pulled in by weights.S (64-byte aligned). */"]
+        sizes = {sym: size for sym, _, size in wtable}
+        for cid, array in plan.constants.items():
+            sym = self.const_sym[cid]
+            ctype = C_TYPES[str(array.dtype)]
+            lines.append(f"extern const {ctype} {sym}[{array.size}]; /* {array.dtype} {dims(array.shape)}, "
+                         f"{sizes[sym]} bytes */")
+        lines += ["", f"/* Activations: one static arena ({self.memory.arena_bytes} bytes; the largest set of "
+                      f"simultaneously live", f" * buffers needs {self.memory.lower_bound_bytes}), offsets from "
+                      f"onnx2gemmini/memory.py. Views share their base's bytes. */",
+                  f"static elem_t {p}_arena[{P}_ARENA_BYTES] __attribute__((aligned({ALIGN})));"]
+        for tid in plan.tensors:
+            if tid in self.memory.offsets:
+                t = plan.tensors[tid]
+                ctype = C_TYPES[t.dtype]
+                expr = f"({p}_arena + {self.memory.offsets[tid]})"
+                if ctype != "elem_t":
+                    expr = f"(({ctype} *)(void *){expr})"
+                view = f", view of {plan.base(tid).id}" if t.view_of else ""
+                lines.append(f"#define {self.tensor_sym[tid]} {expr} /* {t.dtype} {dims(t.shape)} {t.layout}"
+                             f"{safe_comment_text(view)} */")
+        lines += ["", "/* Model inputs, float32 in ONNX layout. */"]
+        for tid in plan.inputs:
+            lines.append(f"static float {self.input_sym[tid]}[{self.elems(tid)}] __attribute__((aligned({ALIGN})));")
+        lines += [""] + self.tables() + [""] + self.run_function()
+        return "\n".join(lines) + "\n"
+
+    def tables(self) -> list[str]:
+        plan, p, P = self.plan, self.p, self.P
+        ins, outs = plan.inputs, plan.outputs
+        t = plan.tensors
+
+        def table(decl: str, items: list[str]) -> list[str]:
+            return [f"{decl} = {{"] + [f"    {item}," for item in items] + ["};"]
+        return (table(f"float *const {p}_inputs[{P}_NUM_INPUTS]", [self.input_sym[i] for i in ins])
+                + table(f"const size_t {p}_input_sizes[{P}_NUM_INPUTS]", [str(self.elems(i)) for i in ins])
+                + table(f"const char *const {p}_input_names[{P}_NUM_INPUTS]", [c_string(t[i].onnx_name) for i in ins])
+                + table(f"const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS]", [self.ptr(o) for o in outs])
+                + table(f"const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]", [str(self.elems(o)) for o in outs])
+                + table(f"const float {p}_output_scales[{P}_NUM_OUTPUTS]", [c_float(t[o].scale or 1.0) for o in outs])
+                + table(f"const char *const {p}_output_names[{P}_NUM_OUTPUTS]",
+                        [c_string(t[o].onnx_name) for o in outs])
+                + table(f"const char *const {p}_layer_names[{P}_NUM_LAYERS]",
+                        [c_string(s.node) for s in plan.steps])
+                + [f"uint64_t {p}_layer_cycles[{P}_NUM_LAYERS];"])
+
+    def run_function(self) -> list[str]:
+        p = self.p
+        lines = [f"void {p}_run(void)", "{", "    uint64_t start;", "", "    gemmini_flush(0);"]
+        for i, step in enumerate(self.plan.steps):
+            on_gemmini = step.target == "gemmini"
+            head, call = self.print_step(step)
+            lines += [""] + block_comment([f"layer {i}: '{step.node}'"] + head, "    ")
+            lines += ["    start = read_cycles();"] + ["    " + c for c in call]
+            if on_gemmini:
+                lines.append("    gemmini_fence(); /* Gemmini is done before the CPU reads the result */")
+            lines.append(f"    {p}_layer_cycles[{i}] = read_cycles() - start;")
+        return lines + ["}"]
+
+    # -- one printer per step kind: (comment lines, C lines) ---------------------------------------------
+    def print_step(self, step: Step) -> tuple[list[str], list[str]]:
+        printers = {Quantize: self.quantize, Matmul: self.matmul, Conv: self.conv, Resadd: self.resadd,
+                    GlobalAverage: self.global_average, CpuOp: self.cpu}
+        printer = next((f for cls, f in printers.items() if isinstance(step, cls)), None)
+        if printer is None:
+            raise UnsupportedError(f"C back end: no printer for plan step {type(step).__name__} ({step.node})")
+        return printer(step)
+
+    def call(self, name: str, args: list[tuple[str, str]]) -> list[str]:
+        """name(args...); one argument group per line, each with a comment naming the parameters."""
+        out = [f"{name}("]
+        for i, (value, what) in enumerate(args):
+            sep = "," if i < len(args) - 1 else ");"
+            out.append(f"    {value}{sep} /* {what} */")
+        return out
+
+    @staticmethod
+    def tiles(step, names: tuple[str, ...]) -> str:
+        missing = [n for n in names if n not in step.tiles]
+        if missing:
+            raise UnsupportedError(f"C back end: {step.node}: tiles lack {', '.join(missing)}")
+        return ", ".join(str(int(step.tiles[n])) for n in names)
+
+    def quantize(self, s: Quantize):
+        src = self.plan.tensors[s.input]
+        head = [f"QuantizeLinear on the CPU: float32 {dims(src.shape)} / {c_float(s.scale)} ({s.scale:.9g}), "
+                f"round half to even, saturate" + (", NCHW -> NHWC" if s.to_nhwc else "")]
+        if s.to_nhwc:
+            n, c, h, w = src.shape
+            return head, [f"o2g_quantize_nchw_to_nhwc({self.ptr(s.input)}, {self.ptr(s.output)}, {n}, {c}, {h}, "
+                          f"{w}, {c_float(s.scale)});"]
+        return head, [f"o2g_quantize({self.ptr(s.input)}, {self.ptr(s.output)}, {self.elems(s.input)}, "
+                      f"{c_float(s.scale)});"]
+
+    def matmul(self, s: Matmul):
+        act = "RELU" if s.act == RELU else "NO_ACTIVATION"
+        head = [f"matmul I={s.I} J={s.J} K={s.K}, {'bias' if s.D else 'no bias'}, {act}, "
+                f"scale {c_float(s.scale)} ({s.scale:.9g})"]
+        args = [(f"{s.I}, {s.J}, {s.K}", "dim_I, dim_J, dim_K"),
+                (f"{self.ptr(s.A)}, {self.ptr(s.B)}, {self.ptr(s.D) if s.D else 'NULL'}, {self.ptr(s.C)}",
+                 "A, B, D, C"),
+                (f"{s.stride_A}, {s.stride_B}, {s.stride_D}, {s.stride_C}", "stride_A, stride_B, stride_D, stride_C"),
+                ("MVIN_SCALE_IDENTITY, MVIN_SCALE_IDENTITY, (scale_acc_t)MVIN_SCALE_IDENTITY",
+                 "A_scale_factor, B_scale_factor, D_scale_factor"),
+                (f"{act}, {c_float(s.scale)}, ACC_SCALE_IDENTITY", "act, scale, bert_scale"),
+                (c_bool(s.repeating_bias), "repeating_bias")]
+        if s.tiles:
+            head.append(f"tiles (DIM blocks): {s.tiles}")
+            args.append((self.tiles(s, MATMUL_TILES), "tile_I, tile_J, tile_K"))
+        args += [("false, false, false, false, 0", "transpose_A, transpose_B, full_C, low_D, weightA"),
+                 ("WS", "tiled_matmul_type")]
+        return head, self.call("tiled_matmul" if s.tiles else "tiled_matmul_auto", args)
+
+    def conv(self, s: Conv):
+        act = "RELU" if s.act == RELU else "NO_ACTIVATION"
+        depthwise = bool(getattr(s, "depthwise", False))
+        pool = (f", max-pool {s.pool_size}/{s.pool_stride}/{s.pool_padding} -> {dims(s.pool_out_dims)}"
+                if s.pool_stride else "")
+        head = [f"{'depthwise ' if depthwise else ''}conv {s.kernel_dim}x{s.kernel_dim} stride {s.stride} "
+                f"padding {s.padding}: {s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{s.in_channels} (NHWC) -> "
+                f"{s.batch_size}x{s.out_row_dim}x{s.out_col_dim}x{s.out_channels}{pool}",
+                f"{'bias' if s.bias else 'no bias'}, {act}, scale {c_float(s.scale)} ({s.scale:.9g})"]
+        bias = self.ptr(s.bias) if s.bias else "NULL"
+        tail = [(f"{act}, {c_float(s.scale)}", "act, scale"),
+                (f"{s.pool_size}, {s.pool_stride}, {s.pool_padding}", "pool_size, pool_stride, pool_padding"),
+                ("WS", "tiled_conv_type")]
+        if s.tiles:
+            head.append(f"tiles: {s.tiles}")
+        if depthwise:
+            args = [(f"{s.batch_size}, {s.in_row_dim}, {s.in_col_dim}, {s.in_channels}",
+                     "batch_size, in_row_dim, in_col_dim, channels"),
+                    (f"{s.out_row_dim}, {s.out_col_dim}", "out_row_dim, out_col_dim"),
+                    (f"{s.stride}, {s.padding}, {s.kernel_dim}", "stride, padding, kernel_dim")]
+            if s.tiles:
+                args.append((self.tiles(s, DW_TILES), ", ".join(DW_TILES)))
+            args.append((f"{self.ptr(s.input)}, (elem_t *){self.ptr(s.weights)}, "
+                         f"{'(acc_t *)' + bias if s.bias else bias}, {self.ptr(s.output)}",
+                         "input, weights, bias, output"))
+            return head, self.call("tiled_conv_dw" if s.tiles else "tiled_conv_dw_auto", args + tail)
+        args = [(f"{s.batch_size}, {s.in_row_dim}, {s.in_col_dim}, {s.in_channels}",
+                 "batch_size, in_row_dim, in_col_dim, in_channels"),
+                (f"{s.out_channels}, {s.out_row_dim}, {s.out_col_dim}", "out_channels, out_row_dim, out_col_dim"),
+                (f"{s.stride}, {s.input_dilation}, {s.kernel_dilation}, {s.padding}, {s.kernel_dim}",
+                 "stride, input_dilation, kernel_dilation, padding, kernel_dim")]
+        if s.tiles:
+            args.append((f"{s.in_channels}, {s.out_channels}, {s.out_channels}", "in_stride, weight_stride, out_stride"))
+        args.append(("false, false, false, false, false",
+                     "wrot180, trans_output_1203, trans_input_3120, trans_weight_1203, trans_weight_0132"))
+        if s.tiles:
+            args.append((self.tiles(s, CONV_TILES), ", ".join(CONV_TILES)))
+        args.append((f"{self.ptr(s.input)}, {self.ptr(s.weights)}, {bias}, {self.ptr(s.output)}",
+                     "input, weights, bias, output"))
+        return head, self.call("tiled_conv" if s.tiles else "tiled_conv_auto", args + tail)
+
+    def resadd(self, s: Resadd):
+        head = [f"resadd I={s.I} J={s.J}: A*{c_float(s.A_scale)} + B*{c_float(s.B_scale)}, "
+                f"then *{c_float(s.C_scale)} ({s.C_scale:.9g}){', relu' if s.relu else ''}"]
+        return head, self.call("tiled_resadd_auto", [
+            (f"{s.I}, {s.J}", "I, J"),
+            (f"{c_float(s.A_scale)}, {c_float(s.B_scale)}, {c_float(s.C_scale)}", "A_scale, B_scale, C_scale"),
+            (f"{self.ptr(s.A)}, {self.ptr(s.B)}, {self.ptr(s.C)}", "A, B, C"),
+            (c_bool(s.relu), "relu"), ("WS", "matadd_type")])
+
+    def global_average(self, s: GlobalAverage):
+        head = [f"global average: {s.batches}x{s.dim}x{s.dim}x{s.channels} (NHWC) -> {s.batches}x{s.channels}, "
+                f"round half to even"]
+        return head, self.call("tiled_global_average_auto", [
+            (f"{self.ptr(s.input)}, {self.ptr(s.output)}", "input, output"),
+            (f"{s.batches}, {s.channels}, {s.dim}", "batches, channels, dim"), ("WS", "type")])
+
+    def cpu(self, s: CpuOp):
+        x, y = s.inputs[0], s.outputs[0]
+        shape = self.plan.tensors[x].shape
+        head = [f"CPU {s.op}: {dims(shape)} -> {dims(self.plan.tensors[y].shape)}", f"why: {s.reason}"]
+        px, py, p = self.ptr(x), self.ptr(y), s.params
+        if s.op == "transpose":
+            rank = len(shape)
+            return head, [f"o2g_transpose({px}, {py}, {rank}, (const int[]){{{', '.join(map(str, shape))}}}, "
+                          f"(const int[]){{{', '.join(str(int(v)) for v in p['perm'])}}});"]
+        if s.op == "clip":
+            return head, [f"o2g_clip({px}, {py}, {self.elems(x)}, {int(p['lo'])}, {int(p['hi'])});"]
+        if s.op == "softmax":
+            axis = int(p["axis"])
+            outer, inner = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis + 1:], dtype=np.int64))
+            head.append(f"float32 softmax over axis {axis}; within {SOFTMAX_TOLERANCE_LSB} LSB of the emulator")
+            return head, [f"o2g_softmax({px}, {py}, {outer}, {shape[axis]}, {inner}, {c_float(p['in_scale'])}, "
+                          f"{c_float(p['out_scale'])});"]
+        if s.op in ("im2col", "maxpool", "avgpool"):
+            n, h, w, c = shape
+            out = p.get("out") or self.plan.tensors[y].shape[1:3]
+            if s.op == "avgpool" and p["kernel"][0] * p["kernel"][1] >= AVGPOOL_MAX_WINDOW:
+                raise UnsupportedError(f"C back end: {s.node}: average-pool window {p['kernel']} too large "
+                                       f"for the exact int8 kernel")
+            window = self.window(p, out)
+            extra = f", {int(p.get('count_include_pad', 0))}" if s.op == "avgpool" else ""
+            return head, [f"o2g_{s.op}({px}, {py}, {n}, {h}, {w}, {c},", f"    {window}{extra});"]
+        raise UnsupportedError(f"C back end: no C kernel for CPU op '{s.op}' (node {s.node})")
+
+    @staticmethod
+    def window(p: dict, out) -> str:
+        (kh, kw), (sh, sw), (dh, dw) = p["kernel"], p["strides"], p["dilations"]
+        t, left, b, r = p["pads"]
+        return ("&(const struct o2g_window){"
+                f".kernel_rows = {kh}, .kernel_cols = {kw}, .stride_rows = {sh}, .stride_cols = {sw}, "
+                f".pad_top = {t}, .pad_left = {left}, .pad_bottom = {b}, .pad_right = {r}, "
+                f".dilation_rows = {dh}, .dilation_cols = {dw}, .out_rows = {out[0]}, .out_cols = {out[1]}}}")
+
+    # -- the self-test's embedded sample -----------------------------------------------------------------
+    def selftest_blob(self, sample: dict[str, np.ndarray]):
+        plan = self.plan
+        expected = Emulator(plan).run(sample)
+        arrays = [(f"{self.p}_sample_input_{i}", np.asarray(sample[plan.tensors[tid].onnx_name], np.float32)
+                   .reshape(-1)) for i, tid in enumerate(plan.inputs)]
+        arrays += [(f"{self.p}_expected_output_{i}", expected[tid].astype(np.int8).reshape(-1))
+                   for i, tid in enumerate(plan.outputs)]
+        return blob(arrays)
+
+    def selftest_data_c(self, dtable) -> str:
+        p, P, plan = self.p, self.P, self.plan
+        n_in = len(plan.inputs)
+        lines = self.c_banner() + [
+            "/* selftest_data.c: the self-test's sample input and the emulator's outputs for it",
+            " * (selftest_data.bin, pulled in by selftest_data.S). */",
+            "#include <stdint.h>", "", '#include "model.h"', ""]
+        for i, (sym, _, size) in enumerate(dtable):
+            ctype, count = ("float", size // 4) if i < n_in else ("int8_t", size)
+            lines.append(f"extern const {ctype} {sym}[{count}];")
+        lines += ["", f"const float *const {p}_sample_inputs[{P}_NUM_INPUTS] = {{"]
+        lines += [f"    {sym}," for sym, _, _ in dtable[:n_in]] + ["};"]
+        lines += [f"const int8_t *const {p}_expected_outputs[{P}_NUM_OUTPUTS] = {{"]
+        lines += [f"    {sym}," for sym, _, _ in dtable[n_in:]] + ["};"]
+        lines += [f"const int {p}_output_tolerances[{P}_NUM_OUTPUTS] = {{"]
+        tol = tolerances(plan)
+        lines += [f"    {tol[tid]}," for tid in plan.outputs] + ["};", ""]
+        return "\n".join(lines)
+
+
+def c_bool(v) -> str:
+    return "true" if v else "false"
+
+
+MOVES = ("transpose", "clip", "maxpool", "im2col")  # CPU ops that move or select values: no new error
+
+
+def tolerances(plan: Plan) -> dict[str, int]:
+    """LSB each tensor of the C program may differ from the emulator's (0 = bit-exact), by tensor id.
+
+    Only softmax is inexact (SOFTMAX_TOLERANCE_LSB); moves and views pass a difference on unchanged;
+    arithmetic on an inexact value has no useful bound, so its result is not compared (127)."""
+    tol: dict[str, int] = {}
+    base = lambda tid: plan.base(tid).id if tid in plan.tensors else tid  # noqa: E731
+    for step in plan.steps:
+        worst = max((tol.get(base(t), 0) for t in step.reads()), default=0)
+        if isinstance(step, CpuOp) and step.op == "softmax":
+            out = max(worst, SOFTMAX_TOLERANCE_LSB)
+        elif isinstance(step, CpuOp) and step.op in MOVES:
+            out = worst
+        else:
+            out = 127 if worst else 0
+        for t in step.writes():
+            tol[base(t)] = out
+    return {tid: tol.get(base(tid), 0) for tid in plan.tensors}

@@ -1,0 +1,65 @@
+"""Concat: an int8 copy on the CPU. Its inputs share its scale when quantize.py could tie them (then the
+copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requantized on the way."""
+from __future__ import annotations
+
+from ..graph import NodeView
+from ..plan import CpuOp
+from .common import to_nhwc, to_plain
+from .context import LowerContext
+from .registry import Handler, Lowered, handler
+
+NCHW_TO_NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
+
+
+@handler("Concat", since=4)
+class ConcatHandler(Handler):
+    gemmini = "none: an int8 copy into the output (inputs share the output's scale)"
+    limits = "inputs with a different fixed scale are requantized (1 LSB tolerance)"
+    output_scale = "shared"
+
+    def check(self, node, ctx):
+        return ["constant operand"] if any(node.is_const(t) for t in node.inputs) else []
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        sources = [ctx.tensor(t) for t in node.inputs if t]
+        rank = len(node.shape(node.output))
+        axis = node.attr("axis") % rank
+        out_shape = node.shape(node.output)
+        if rank == 4 and all(t.layout == "NHWC" for t in sources):
+            y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
+            axis = NCHW_TO_NHWC_AXIS[axis]
+        elif rank == 4 and axis == 1:
+            sources = [to_nhwc(node, ctx, t, lowered) for t in sources]
+            y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
+            axis = 3
+        else:
+            sources = [to_plain(node, ctx, t, lowered) for t in sources]
+            y = ctx.output(node.output, out_shape)
+        lowered.tensors.append(y)
+        scales = [t.scale for t in sources]
+        requant = any(s != y.scale for s in scales)
+        lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(t.id for t in sources), outputs=(y.id,),
+                                   params={"axis": axis, "in_scales": scales, "out_scale": y.scale},
+                                   reason="concatenation is a memory copy" +
+                                   (" with requantization of inputs at another scale" if requant else ""),
+                                   tolerance=1 if requant else 0))
+        return lowered
+
+
+@handler("Transpose", since=1)
+class TransposeHandler(Handler):
+    gemmini = "none: an int8 move on the CPU"
+    limits = "any permutation"
+    output_scale = "input"
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        x = to_plain(node, ctx, ctx.tensor(node.inputs[0]), lowered)
+        rank = len(x.shape)
+        perm = list(node.attr("perm") or reversed(range(rank)))
+        y = ctx.output(node.output, node.shape(node.output))
+        lowered.tensors.append(y)
+        lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(x.id,), outputs=(y.id,),
+                                   params={"perm": perm}, reason="ONNX Transpose: an int8 move"))
+        return lowered

@@ -1,0 +1,119 @@
+"""Tiling of a Plan's Gemmini calls, and what each call costs (the `tiling` stage of DESIGN.md).
+
+Why it exists: gemmini.h's `*_auto` heuristics fill the scratchpad greedily but ignore how often each
+operand is re-read; choosing the tiles ourselves moves fewer bytes over the DMA. This module is the
+plan-level face of four small ones (each with one job):
+
+  tiling_baseline  gemmini.h's heuristics, transcribed (the baseline and the report's baseline_* figures)
+  tiling_capacity  scratchpad/accumulator rows, exactly as gemmini.h counts them
+  tiling_cost      DMA bytes (exact) and cycles (an ESTIMATE) of a call under given tiles
+  tiling_search    the tiles with the fewest bytes (then fewest estimated cycles); never worse than baseline
+
+Tiles are dicts at the Plan boundary, named as gemmini.h names them: tile_I/tile_J/tile_K (DIM blocks)
+for matmuls; batches/porows/pocols/pochs/krows/kcols/kchs (elements; pooled rows/cols) for convs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from .plan import Conv, GlobalAverage, Matmul, Plan, Resadd
+from .tiling_baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
+                              baseline_resadd_tiles)
+from .tiling_capacity import conv_fits, conv_rows, matmul_fits, matmul_rows
+from .tiling_cost import conv_cost, global_average_cost, matmul_cost, resadd_cost
+from .tiling_geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, tiles_dict, tiles_tuple
+from .tiling_search import choose_conv_tiles, choose_matmul_tiles
+
+__all__ = [
+    "ConvGeometry", "apply_tiles", "baseline_conv_tiles", "baseline_global_average_tile",
+    "baseline_matmul_tiles", "baseline_resadd_tiles", "baseline_tiles", "choose_conv_tiles",
+    "choose_matmul_tiles", "choose_tiles", "conv_fits", "conv_rows", "cost", "cost_callback",
+    "matmul_fits", "matmul_rows", "plan_costs", "step_costs",
+]
+
+
+def _tunable(step) -> bool:
+    """Matmul and Conv steps take explicit tiles (tiled_matmul / tiled_conv); a conv with input dilation
+    is left to gemmini.h (the cost model does not cover it; our handlers never emit one)."""
+    return isinstance(step, Matmul) or (isinstance(step, Conv) and step.input_dilation == 1)
+
+
+def baseline_tiles(step, config) -> dict | None:
+    """What gemmini.h's `*_auto` call would choose for this step, as a tiles dict (None: CPU step)."""
+    if isinstance(step, Matmul):
+        return tiles_dict(MATMUL_TILE_NAMES, baseline_matmul_tiles(step.I, step.J, step.K, config))
+    if isinstance(step, Conv):
+        return tiles_dict(CONV_TILE_NAMES, baseline_conv_tiles(ConvGeometry.of(step), config))
+    if isinstance(step, Resadd):
+        return tiles_dict(("tile_I", "tile_J"), baseline_resadd_tiles(step.I, step.J, config))
+    if isinstance(step, GlobalAverage):
+        return {"channel_tile_size": baseline_global_average_tile(step.channels, config)}
+    return None
+
+
+def choose_tiles(step, config) -> dict | None:
+    """Our tiles for a Matmul/Conv step (None for any other step: those keep gemmini.h's tiling)."""
+    if not _tunable(step):
+        return None
+    if isinstance(step, Matmul):
+        return tiles_dict(MATMUL_TILE_NAMES, choose_matmul_tiles(step.I, step.J, step.K, config, step.D is not None))
+    return tiles_dict(CONV_TILE_NAMES, choose_conv_tiles(ConvGeometry.of(step), config, step.bias is not None))
+
+
+def cost(step, tiles, config) -> dict | None:
+    """Cost of one Gemmini step under `tiles` (a dict, a tuple in gemmini.h's order, or None for the
+    baseline): dram_bytes (exact), dram_breakdown, est_cycles, compute_cycles, dma_cycles, ideal_cycles,
+    utilization (ESTIMATES), num_tiles. None for CPU steps."""
+    if isinstance(step, Matmul):
+        t = tiles_tuple(MATMUL_TILE_NAMES, tiles) if tiles else baseline_matmul_tiles(step.I, step.J, step.K, config)
+        return matmul_cost(step.I, step.J, step.K, t, config, step.D is not None)
+    if isinstance(step, Conv):
+        g = ConvGeometry.of(step)
+        if g.input_dilation != 1:
+            return None
+        t = tiles_tuple(CONV_TILE_NAMES, tiles) if tiles else baseline_conv_tiles(g, config)
+        return conv_cost(g, t, config, step.bias is not None)
+    if isinstance(step, Resadd):
+        return resadd_cost(step.I, step.J, config, tiles_tuple(("tile_I", "tile_J"), tiles) if tiles else None)
+    if isinstance(step, GlobalAverage):
+        return global_average_cost(step.batches, step.channels, step.dim, config,
+                                   tiles["channel_tile_size"] if tiles else None)
+    return None
+
+
+def step_costs(step, config) -> dict | None:
+    """The report figures of one step: its tiles (step.tiles, else what gemmini.h picks) against
+    gemmini.h's baseline. None for CPU steps (and for the convs the cost model does not cover)."""
+    base_tiles = baseline_tiles(step, config)
+    if base_tiles is None:
+        return None
+    tiles = getattr(step, "tiles", None) or base_tiles
+    ours, base = cost(step, tiles, config), cost(step, base_tiles, config)
+    if ours is None or base is None:
+        return None
+    return {"tiles": tiles, "baseline_tiles": base_tiles,
+            "dram_bytes": ours["dram_bytes"], "baseline_dram_bytes": base["dram_bytes"],
+            "est_cycles": ours["est_cycles"], "baseline_est_cycles": base["est_cycles"],
+            "utilization": ours["utilization"], "baseline_utilization": base["utilization"],
+            "ideal_cycles": ours["ideal_cycles"], "dram_breakdown": ours["dram_breakdown"]}
+
+
+def plan_costs(plan: Plan) -> list[dict | None]:
+    """step_costs of every step, in plan order, under the plan's own config."""
+    return [step_costs(step, plan.config) for step in plan.steps]
+
+
+def cost_callback(plan_or_config) -> Callable[[object], dict]:
+    """A `cost=` callback for emit.report.layer_rows: step -> step_costs dict ({} for CPU steps)."""
+    config = getattr(plan_or_config, "config", plan_or_config)
+    return lambda step: step_costs(step, config) or {}
+
+
+def apply_tiles(plan: Plan, config=None) -> Plan:
+    """A new Plan whose Matmul/Conv steps carry our tiles. Steps that already have tiles keep them (they
+    were set on purpose); other steps are unchanged. `config` defaults to the plan's."""
+    config = config or plan.config
+    steps = tuple(dataclasses.replace(s, tiles=choose_tiles(s, config))
+                  if _tunable(s) and s.tiles is None else s for s in plan.steps)
+    return dataclasses.replace(plan, steps=steps)

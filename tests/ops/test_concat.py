@@ -1,0 +1,62 @@
+"""Concat (an int8 copy with a shared scale) and Transpose (an int8 move)."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.helpers import assert_matches_ort, infer_outputs, rng
+
+
+def fire_module(relu6_branch=False, seed=0):
+    """SqueezeNet's fire module: squeeze 1x1, expand 1x1 and 3x3, concatenated on channels."""
+    r = rng(seed)
+    w = lambda *s: r.normal(0, 0.3, s).astype(np.float32)  # noqa: E731
+    inits = {"Ws": w(4, 8, 1, 1), "We1": w(6, 4, 1, 1), "We3": w(5, 4, 3, 3), "lo": np.float32(0),
+             "hi": np.float32(6)}
+    nodes = [helper.make_node("Conv", ["x", "Ws"], ["s"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["s"], ["sr"]),
+             helper.make_node("Conv", ["sr", "We1"], ["e1"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["e1"], ["e1r"]),
+             helper.make_node("Conv", ["sr", "We3"], ["e3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["e3", "lo", "hi"], ["e3r"]) if relu6_branch else
+             helper.make_node("Relu", ["e3"], ["e3r"]),
+             helper.make_node("Concat", ["e1r", "e3r"], ["y"], axis=1)]
+    return infer_outputs(nodes, {"x": [1, 8, 6, 6]}, inits)
+
+
+def test_fire_module_concat_is_exact_with_shared_scale():
+    compiled, result = assert_matches_ort(fire_module())
+    s = compiled.quant.scales
+    assert s["e1r"] == s["e3r"] == s["y"]
+    assert result["verdict"]["exact_model"]
+
+
+def test_concat_requantizes_a_fixed_scale_input():
+    compiled, result = assert_matches_ort(fire_module(relu6_branch=True))
+    concat = next(st for st in compiled.plan.steps if getattr(st, "op", "") == "concat")
+    assert concat.tolerance == 1 and "requantization" in concat.reason
+
+
+@pytest.mark.parametrize("axis,shape", [(0, (2, 3)), (1, (2, 3)), (-1, (1, 2, 3, 4)), (2, (1, 2, 3, 4))],
+                         ids=["rows", "cols", "nchw_last", "nchw_height"])
+def test_concat_of_inputs_other_axes(axis, shape):
+    nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=axis)]
+    assert_matches_ort(infer_outputs(nodes, {"a": list(shape), "b": list(shape)}))
+
+
+@pytest.mark.parametrize("perm", [[1, 0, 2], [2, 0, 1], None], ids=["swap", "rotate", "reverse"])
+def test_transpose_is_exact(perm):
+    attrs = {"perm": perm} if perm else {}
+    model = infer_outputs([helper.make_node("Transpose", ["x"], ["y"], **attrs)], {"x": [2, 3, 4]})
+    assert_matches_ort(model)
+
+
+def test_channel_shuffle_after_conv():
+    r = rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], kernel_shape=[1, 1]),
+             helper.make_node("Reshape", ["c", "s1"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "s2"], ["y"])]
+    model = infer_outputs(nodes, {"x": [1, 4, 3, 3]},
+                          {"W": r.normal(size=(8, 4, 1, 1)).astype(np.float32),
+                           "s1": np.array([1, 2, 4, 3, 3], np.int64), "s2": np.array([1, 8, 3, 3], np.int64)})
+    assert_matches_ort(model)
