@@ -35,6 +35,12 @@ class _Builder:
     def node(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs) -> None:
         self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attrs))
 
+    def operand(self, name: str) -> str:
+        """A node input: constants are copied into the QDQ model as float initializers."""
+        if name in self.graph.initializers:
+            self.init(name, self.graph.initializers[name])
+        return name
+
     def dq_const(self, base: str, q: np.ndarray, scale: float) -> str:
         zero = np.zeros((), np.int32 if q.dtype == np.int32 else np.int8)
         self.init(f"{base}__q", q)
@@ -116,7 +122,7 @@ class _Builder:
                 self.node("Gemm", gemm_in, [raw], name=node.name)
             self.activation_chain(node, raw)
         elif op in ("Add", "Sum"):
-            self.node("Add", list(ins), [raw], name=node.name)
+            self.node("Add", [self.operand(i) for i in ins], [raw], name=node.name)
             self.activation_chain(node, raw)
         elif op == "Dropout":  # inference: the identity
             self.node("Identity", [ins[0]], [f"{out}__preq"], name=node.name)
@@ -127,10 +133,8 @@ class _Builder:
                 # dilations; Max(x, x) keeps the exact same values and stops that fusion.
                 self.node("Max", [ins[0], ins[0]], [f"{out}__unfused"], name=f"{node.name}__no_fusion")
                 ins = [f"{out}__unfused"] + list(ins[1:])
-            extra = [self.init(i, self.graph.initializers[i]) if i in self.graph.initializers else i
-                     for i in ins[1:]]
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
-            self.node(op, [ins[0]] + extra, [f"{out}__preq"], name=node.name, **attrs)
+            self.node(op, [self.operand(i) for i in ins], [f"{out}__preq"], name=node.name, **attrs)
             self.qdq(f"{out}__preq", out)
 
 

@@ -49,11 +49,11 @@ def to_nhwc(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> T
 
 
 def matmul(node: NodeView, ctx: LowerContext, a: Tensor, I: int, K: int, c: Tensor,
-           weights: np.ndarray, bias: np.ndarray | None, s_in: float, s_w: float) -> Lowered:
+           weights: np.ndarray, bias: np.ndarray | None, s_in: float, s_w: float, suffix: str = "") -> Lowered:
     """One tiled_matmul_auto with constant int8 weights [K][J] and an int32 bias row."""
     J = weights.shape[1]
-    b_id = ctx.const_id(node.name, "W")
-    d_id = ctx.const_id(node.name, "b") if bias is not None else None
+    b_id = ctx.const_id(node.name, "W" + suffix)
+    d_id = ctx.const_id(node.name, "b" + suffix) if bias is not None else None
     constants = {b_id: np.ascontiguousarray(weights, np.int8)}
     if bias is not None:
         constants[d_id] = np.ascontiguousarray(bias, np.int32)

@@ -59,9 +59,10 @@ def direct_conv_reasons(g: dict, fused_pool: bool) -> list[str]:
 
 @handler("Conv", since=1)
 class ConvHandler(Handler):
-    gemmini = "tiled_conv_auto (fused ReLU / Clip(0,hi) / max-pool); 1x1 convs as tiled_matmul_auto"
-    limits = ("2-D, group 1; non-square kernels, unequal strides, asymmetric padding or dilation run as "
-              "CPU im2col + tiled_matmul_auto")
+    gemmini = ("tiled_conv_auto (fused ReLU / Clip(0,hi) / max-pool); 1x1 convs as tiled_matmul_auto; "
+               "groups as one Gemmini call per group")
+    limits = ("2-D; non-square kernels, unequal strides, asymmetric padding or dilation run as CPU im2col + "
+              "tiled_matmul_auto; depthwise convs run as an exact int8 kernel on the CPU")
 
     def check(self, node, ctx):
         reasons = []
@@ -70,8 +71,6 @@ class ConvHandler(Handler):
             reasons.append(f"only 2-D convolutions (input rank {len(node.shape(x))})")
         if not node.is_const(node.input("W")):
             reasons.append("weights are not constant")
-        if node.attr("group", 1) != 1:
-            reasons.append(f"grouped convolution (group={node.attr('group')})")
         b = node.input("B")
         if b is not None and not node.is_const(b):
             reasons.append("bias is not constant")
@@ -84,38 +83,98 @@ class ConvHandler(Handler):
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
         x = to_nhwc(node, ctx, ctx.tensor(node.input("X")), lowered)
-        n, h, w, ic = x.shape
-        wq = ctx.weight(node.name)
-        oc, _, kh, kw = wq.q.shape
-        g = geometry(node)
-        pool = node.fused.get("pool")
-        (oh, ow) = self._out_dims(h, w, g)
-        s_in, s_out = x.scale, ctx.scale(node.output)
         out_shape = node.shape(node.output)
         y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
         lowered.tensors.append(y)
+        wq = ctx.weight(node.name)
+        groups = node.attr("group", 1)
+        if groups == 1:
+            return lowered.add(self._lower_one(node, ctx, x, y, wq.q, wq.bias, wq.scale, ""))
+        ic = x.shape[3]
+        if wq.q.shape[1] == 1 and groups == ic:
+            return lowered.add(self._lower_depthwise(node, ctx, x, y, wq))
+        return lowered.add(self._lower_groups(node, ctx, x, y, wq, groups))
+
+    def _lower_groups(self, node, ctx, x, y, wq, groups) -> Lowered:
+        """One Gemmini conv per group on a CPU-sliced copy of its input channels, then a channel concat."""
+        lowered = Lowered()
+        n, h, w, ic = x.shape
+        icg, ocg = ic // groups, wq.q.shape[0] // groups
+        parts = []
+        for g in range(groups):
+            xs = ctx.temp(node.name, f"in_g{g}", (n, h, w, icg), x.scale, layout="NHWC")
+            ys = ctx.temp(node.name, f"out_g{g}", y.shape[:3] + (ocg,), y.scale, layout="NHWC")
+            lowered.tensors += [xs, ys]
+            lowered.steps.append(CpuOp(node.name, op="slice", inputs=(x.id,), outputs=(xs.id,),
+                                       params={"axis": 3, "start": g * icg, "end": (g + 1) * icg},
+                                       reason=f"grouped conv (group={groups}): copy of group {g}'s input channels"))
+            bias = None if wq.bias is None else wq.bias[g * ocg:(g + 1) * ocg]
+            lowered.add(self._lower_one(node, ctx, xs, ys, wq.q[g * ocg:(g + 1) * ocg], bias, wq.scale, f"_g{g}"))
+            parts.append(ys)
+        lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y.id,),
+                                   params={"axis": 3, "in_scales": [y.scale] * groups, "out_scale": y.scale},
+                                   reason=f"grouped conv (group={groups}): the groups' outputs joined on channels"))
+        return lowered
+
+    def _lower_depthwise(self, node, ctx, x, y, wq) -> Lowered:
+        """Exact int8 depthwise conv on the CPU (Gemmini's tiled_conv_dw uses 1/DIM of the array)."""
+        lowered = Lowered()
+        g = geometry(node)
+        pool = node.fused.get("pool")
+        n, h, w, c = x.shape
+        oh, ow = self._out_dims(h, w, g)
+        w_id, b_id = ctx.const_id(node.name, "W"), ctx.const_id(node.name, "b") if wq.bias is not None else None
+        oc, _, kh, kw = wq.q.shape
+        lowered.constants[w_id] = np.ascontiguousarray(wq.q.reshape(oc, kh, kw).transpose(1, 2, 0))  # [KH][KW][OC]
+        if b_id:
+            lowered.constants[b_id] = wq.bias
+        conv_out = y
+        if pool:
+            conv_out = ctx.temp(node.name, "unpooled", (n, oh, ow, oc), y.scale, layout="NHWC")
+            lowered.tensors.append(conv_out)
+        inputs = (x.id, w_id) + ((b_id,) if b_id else ())
+        lowered.steps.append(CpuOp(node.name, op="dwconv", inputs=inputs, outputs=(conv_out.id,),
+                                   params={"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"],
+                                           "dilations": g["dilations"], "out": [oh, ow], "multiplier": oc // c,
+                                           "scale": multiplier(x.scale, wq.scale, y.scale),
+                                           "relu": activation_code(node) == 1},
+                                   reason="depthwise conv: exact int8 kernel on the CPU (tiled_conv_dw would use "
+                                          "one array column per channel)"))
+        if pool:
+            lowered.steps.append(_cpu_maxpool(node, conv_out, y, pool, "after a depthwise conv"))
+        return lowered
+
+    def _lower_one(self, node, ctx, x, y, w_oihw, bias, s_w, suffix) -> Lowered:
+        """A group-1 conv of x into y: 1x1 matmul, one tiled_conv, or im2col + matmul."""
+        lowered = Lowered()
+        n, h, w, ic = x.shape
+        oc, _, kh, kw = w_oihw.shape
+        g = geometry(node)
+        pool = node.fused.get("pool")
+        oh, ow = self._out_dims(h, w, g)
+        s_in, s_out = x.scale, y.scale
         # [KH][KW][IC][OC]: the row order of Gemmini's conv weights and of our im2col columns.
-        w_hwio = np.ascontiguousarray(wq.q.transpose(2, 3, 1, 0).reshape(kh * kw * ic, oc))
+        w_hwio = np.ascontiguousarray(w_oihw.transpose(2, 3, 1, 0).reshape(kh * kw * ic, oc))
         reasons = direct_conv_reasons(g, pool is not None)
         pointwise = kh == kw == 1 and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0] and not pool
         if pointwise:
-            return lowered.add(matmul(node, ctx, x, n * h * w, ic, y, w_hwio, wq.bias, s_in, wq.scale))
+            return lowered.add(matmul(node, ctx, x, n * h * w, ic, y, w_hwio, bias, s_in, s_w, suffix))
         if not reasons:
-            w_id = ctx.const_id(node.name, "W")
-            b_id = ctx.const_id(node.name, "b") if wq.bias is not None else None
+            w_id = ctx.const_id(node.name, "W" + suffix)
+            b_id = ctx.const_id(node.name, "b" + suffix) if bias is not None else None
             lowered.constants[w_id] = w_hwio
             if b_id:
-                lowered.constants[b_id] = wq.bias
+                lowered.constants[b_id] = np.ascontiguousarray(bias)
             lowered.steps.append(Conv(
                 node.name, batch_size=n, in_row_dim=h, in_col_dim=w, in_channels=ic, out_channels=oc,
                 out_row_dim=oh, out_col_dim=ow, stride=g["strides"][0], padding=g["pads"][0],
                 kernel_dim=kh, input=x.id, weights=w_id, bias=b_id, output=y.id,
-                act=activation_code(node), scale=multiplier(s_in, wq.scale, s_out),
+                act=activation_code(node), scale=multiplier(s_in, s_w, s_out),
                 pool_size=pool["size"] if pool else 0, pool_stride=pool["stride"] if pool else 0,
                 pool_padding=pool["padding"] if pool else 0))
             return lowered
         why = ", ".join(reasons)
-        cols = ctx.temp(node.name, "im2col", (n * oh * ow, kh * kw * ic), s_in)
+        cols = ctx.temp(node.name, "im2col" + suffix, (n * oh * ow, kh * kw * ic), s_in)
         lowered.tensors.append(cols)
         lowered.steps.append(CpuOp(node.name, op="im2col", inputs=(x.id,), outputs=(cols.id,),
                                    params={"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"],
@@ -123,15 +182,11 @@ class ConvHandler(Handler):
                                    reason=f"{why}: im2col on the CPU, then a Gemmini matmul"))
         conv_out = y
         if pool:
-            conv_out = ctx.temp(node.name, "unpooled", (n, oh, ow, oc), s_out, layout="NHWC")
+            conv_out = ctx.temp(node.name, "unpooled" + suffix, (n, oh, ow, oc), s_out, layout="NHWC")
             lowered.tensors.append(conv_out)
-        lowered.add(matmul(node, ctx, cols, n * oh * ow, kh * kw * ic, conv_out, w_hwio, wq.bias, s_in, wq.scale))
+        lowered.add(matmul(node, ctx, cols, n * oh * ow, kh * kw * ic, conv_out, w_hwio, bias, s_in, s_w, suffix))
         if pool:
-            lowered.steps.append(CpuOp(node.name, op="maxpool", inputs=(conv_out.id,), outputs=(y.id,),
-                                       params={"kernel": [pool["size"]] * 2, "strides": [pool["stride"]] * 2,
-                                               "pads": [pool["padding"]] * 4, "dilations": [1, 1],
-                                               "ceil_mode": 0},
-                                       reason=f"max-pool after an im2col conv ({why}) cannot be fused"))
+            lowered.steps.append(_cpu_maxpool(node, conv_out, y, pool, f"after an im2col conv ({why})"))
         return lowered
 
     @staticmethod
@@ -139,3 +194,11 @@ class ConvHandler(Handler):
         k, s, d, p = g["kernel"], g["strides"], g["dilations"], g["pads"]
         return tuple((size + p[i] + p[i + 2] - (k[i] - 1) * d[i] - 1) // s[i] + 1
                      for i, size in enumerate((h, w)))
+
+
+def _cpu_maxpool(node, src, dst, pool: dict, why: str) -> CpuOp:
+    return CpuOp(node.name, op="maxpool", inputs=(src.id,), outputs=(dst.id,),
+                 params={"kernel": [pool["size"]] * 2, "strides": [pool["stride"]] * 2,
+                         "pads": [pool["padding"]] * 4, "dilations": [1, 1], "ceil_mode": 0,
+                         "out": list(dst.shape[1:3])},
+                 reason=f"max-pool {why} cannot be fused")

@@ -11,6 +11,7 @@ from ..graph import NodeView
 from ..passes.fuse_activation import clip_bounds
 from ..plan import CpuOp, Resadd
 from ..quantize import f32
+from .binary import lower_binary
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -26,26 +27,35 @@ def resadd_tolerance(c_scale: float) -> int:
     return 1 + int(np.floor(0.5 * c_scale))
 
 
+def resadd_reasons(node: NodeView) -> list[str]:
+    """Why this Add cannot be a Gemmini resadd (it then runs as a float kernel on the CPU)."""
+    reasons = []
+    if any(node.is_const(t) for t in node.inputs):
+        reasons.append("a constant operand not fused into a bias")
+    if len({node.shape(t) for t in node.inputs}) != 1:
+        reasons.append("broadcasting")
+    return reasons
+
+
 class _ResaddHandler(Handler):
     gemmini = "tiled_resadd_auto (fused ReLU)"
-    limits = "two activations of the same shape; broadcasting or constant operands are refused"
+    limits = "two activations of one shape; broadcasting or constant operands: float kernel on the CPU"
 
     def check(self, node, ctx):
-        reasons = []
         if len(node.inputs) != 2:
-            reasons.append(f"{len(node.inputs)} operands (Gemmini adds two)")
-            return reasons
-        for t in node.inputs:
-            if node.is_const(t):
-                reasons.append(f"constant operand '{t}' not fused into a bias")
-        if len({node.shape(t) for t in node.inputs}) != 1:
-            reasons.append("broadcasting add")
-        return reasons
+            return [f"{len(node.inputs)} operands (Gemmini adds two)"]
+        if all(node.is_const(t) for t in node.inputs):
+            return ["both operands constant"]
+        return []
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
-        a, b = (ctx.tensor(t) for t in node.inputs)
-        if a.layout != b.layout:
-            raise AssertionError("resadd operands in different layouts")
+        reasons = resadd_reasons(node)
+        a, b = (ctx.tensor(t) if not node.is_const(t) else None for t in node.inputs)
+        if not reasons and a.layout != b.layout:
+            reasons.append("operands in different layouts")
+        if reasons:
+            return lower_binary(node, ctx, f"add with {', '.join(reasons)}: Gemmini's resadd takes two "
+                                           f"activations of one shape")
         y = ctx.output(node.output, a.shape, a.layout)
         i, j = int(np.prod(a.shape[:-1])), a.shape[-1]
         sa, sb, sc = resadd_scales(a.scale, b.scale, y.scale)
@@ -105,3 +115,18 @@ class ClipHandler(_UnaryInt8):
         qlo = -128 if lo == float("-inf") else int(np.clip(np.rint(np.float32(lo) / np.float32(scale)), -128, 127))
         qhi = 127 if hi == float("inf") else int(np.clip(np.rint(np.float32(hi) / np.float32(scale)), -128, 127))
         return qlo, qhi
+
+
+class _CpuBinary(Handler):
+    gemmini = "none: a float kernel on the CPU (broadcasting, constants)"
+    limits = "1 LSB tolerance vs onnxruntime"
+
+    def check(self, node, ctx):
+        return ["both operands constant"] if all(node.is_const(t) for t in node.inputs) else []
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        return lower_binary(node, ctx, f"{node.op_type}: Gemmini has no elementwise {node.op_type.lower()}")
+
+
+for _op in ("Sub", "Mul", "Div"):
+    handler(_op, since=7)(type(f"{_op}Handler", (_CpuBinary,), {}))

@@ -79,7 +79,7 @@ def all_handlers() -> list[Handler]:
 
 
 def _load_all() -> None:
-    from . import concat, conv, elementwise, gemm, pool, shape, softmax  # noqa: F401  (registration)
+    from . import concat, conv, elementwise, gemm, normalization, pool, shape, softmax, unary  # noqa: F401
 
 
 _load_all()

@@ -30,9 +30,11 @@ class Emulator:
 
     def get(self, buffers: dict[str, np.ndarray], tid: str) -> np.ndarray:
         """A tensor's value, following views to the buffer that holds its bytes."""
-        t = self.plan.tensors[tid]
         if tid in buffers:
             return buffers[tid]
+        if tid in self.plan.constants:
+            return self.plan.constants[tid]
+        t = self.plan.tensors[tid]
         return self.get(buffers, t.view_of).reshape(t.shape)
 
     def _execute(self, step, buffers):
@@ -75,6 +77,23 @@ class Emulator:
                                    p.get("count_include_pad", 0))
         if step.op == "clip":
             return np.clip(x, p["lo"], p["hi"]).astype(np.int8)
+        if step.op == "slice":
+            index = [slice(None)] * x.ndim
+            index[p["axis"]] = slice(p["start"], p["end"])
+            return np.ascontiguousarray(x[tuple(index)])
+        if step.op == "dwconv":
+            bias = args[2] if len(args) > 2 else None
+            return kernels.depthwise_conv(x, args[1], bias, p["kernel"], p["strides"], p["pads"], p["dilations"],
+                                          p["out"], p["multiplier"], p["scale"], p["relu"])
+        if step.op == "affine":
+            return kernels.affine(x, args[1], args[2], p["axis"], p["in_scale"], p["out_scale"])
+        if step.op == "lrn":
+            return kernels.lrn(x, p["axis"], p["size"], p["alpha"], p["beta"], p["bias"], p["in_scale"],
+                               p["out_scale"])
+        if step.op == "lut":
+            return np.asarray(p["table"], np.int8)[x.astype(np.int16) + 128]
+        if step.op == "binary":
+            return kernels.binary(p["fn"], args, p["in_scales"], p["out_scale"], p.get("relu", False))
         if step.op == "concat":
             return kernels.concat(args, p["axis"], p["in_scales"], p["out_scale"])
         if step.op == "softmax":

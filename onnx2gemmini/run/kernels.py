@@ -133,8 +133,7 @@ def avgpool(x, kernel, strides, pads, dilations, out, count_include_pad=0, **_) 
         count = windows(padded, kernel, strides, (0, 0, 0, 0), dilations, out, pad_value=0).sum(axis=(3, 4))
     else:
         count = windows(ones, kernel, strides, pads, dilations, out, pad_value=0).sum(axis=(3, 4))
-    y = np.rint(total.astype(np.float32) / count.astype(np.float32))
-    return np.clip(y, -128, 127).astype(np.int8)
+    return _quantize(total.astype(np.float32) / count.astype(np.float32), 1.0)
 
 
 def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
@@ -155,3 +154,59 @@ def requantize(x: np.ndarray, s_in: float, s_out: float) -> np.ndarray:
 
 def concat(xs: list[np.ndarray], axis: int, in_scales, out_scale) -> np.ndarray:
     return np.concatenate([requantize(x, s, out_scale) for x, s in zip(xs, in_scales)], axis=axis)
+
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+          "min": np.minimum}
+
+
+def binary(fn: str, operands, in_scales, out_scale, relu=False) -> np.ndarray:
+    """Dequantize int8 operands (float constants as they are), apply `fn` in float32, quantize."""
+    a, b = (x.astype(np.float32) * np.float32(s) if s is not None else x.astype(np.float32)
+            for x, s in zip(operands, in_scales))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = BINARY[fn](a, b).astype(np.float32)
+    y = np.nan_to_num(y, nan=0.0, posinf=3e38, neginf=-3e38)
+    q = np.clip(np.rint(y / np.float32(out_scale)), 0 if relu else -128, 127)
+    return q.astype(np.int8)
+
+
+def depthwise_conv(x, w, bias, kernel, strides, pads, dilations, out, multiplier, scale, relu) -> np.ndarray:
+    """Exact int8 depthwise conv (NHWC; weights [KH][KW][C*multiplier]) with Gemmini's requantization."""
+    win = windows(x, kernel, strides, pads, dilations, out).astype(np.int32)  # N, OH, OW, KH, KW, C
+    if multiplier > 1:
+        win = np.repeat(win, multiplier, axis=-1)
+    acc = np.einsum("nhwijc,ijc->nhwc", win, w.astype(np.int32), optimize=True)
+    if bias is not None:
+        acc = acc + bias
+    return acc_scale(wrap_int32(acc), scale, relu)
+
+
+def _quantize(y: np.ndarray, scale: float) -> np.ndarray:
+    return np.clip(np.rint(y.astype(np.float32) / np.float32(scale)), -128, 127).astype(np.int8)
+
+
+def _along(vec: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    shape = [1] * ndim
+    shape[axis] = -1
+    return vec.reshape(shape)
+
+
+def affine(x, mul, add, axis, in_scale, out_scale) -> np.ndarray:
+    """Per-channel y = x*mul + add in float32 (a standalone BatchNormalization)."""
+    f = x.astype(np.float32) * np.float32(in_scale)
+    return _quantize(f * _along(mul, x.ndim, axis) + _along(add, x.ndim, axis), out_scale)
+
+
+def lrn(x, axis, size, alpha, beta, bias, in_scale, out_scale) -> np.ndarray:
+    """ONNX LRN across channels, in float32."""
+    f = np.moveaxis(x.astype(np.float32) * np.float32(in_scale), axis, -1)
+    sq = f * f
+    c = f.shape[-1]
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = np.concatenate([np.zeros(f.shape[:-1] + (lo,), np.float32), sq,
+                             np.zeros(f.shape[:-1] + (hi,), np.float32)], axis=-1)
+    csum = np.cumsum(np.concatenate([np.zeros(f.shape[:-1] + (1,), np.float32), padded], axis=-1), axis=-1)
+    window = csum[..., size:size + c] - csum[..., :c]
+    y = f / np.power(np.float32(bias) + np.float32(alpha / size) * window, np.float32(beta))
+    return _quantize(np.moveaxis(y, -1, axis), out_scale)

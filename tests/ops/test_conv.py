@@ -114,3 +114,36 @@ def test_conv_random_geometry(c, oc, h, w, k, s, p, relu, seed):
         return
     assert_matches_ort(conv_model(c=c, oc=oc, h=h, w=w, k=(k, k), strides=(s, s), pads=(p,) * 4,
                                   post=("relu",) if relu else (), seed=seed), samples=2, seed=seed)
+
+
+def grouped_model(c=8, oc=8, group=2, k=3, relu=True, pool=False, seed=0):
+    r = rng(seed)
+    inits = {"W": r.normal(0, 0.3, (oc, c // group, k, k)).astype(np.float32),
+             "B": r.normal(0, 0.2, oc).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[k, k], pads=[k // 2] * 4, group=group)]
+    last = "c"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["r"]))
+        last = "r"
+    if pool:
+        nodes.append(helper.make_node("MaxPool", [last], ["p"], kernel_shape=[2, 2], strides=[2, 2]))
+        last = "p"
+    nodes[-1].output[0] = "y"
+    return infer_outputs(nodes, {"x": [1, c, 6, 6]}, inits)
+
+
+GROUPED = {"group2": dict(), "group4_1x1": dict(group=4, k=1), "group2_pool": dict(pool=True),
+           "depthwise": dict(group=8), "depthwise_pool": dict(group=8, pool=True),
+           "depthwise_5x5": dict(group=8, k=5), "depthwise_multiplier2": dict(group=8, oc=16),
+           "depthwise_no_relu": dict(group=8, relu=False)}
+
+
+@pytest.mark.parametrize("case", list(GROUPED), ids=list(GROUPED))
+def test_grouped_and_depthwise_convs_are_exact(case):
+    compiled, result = assert_matches_ort(grouped_model(**GROUPED[case]))
+    assert result["verdict"]["exact_model"]
+    ops = [getattr(s, "op", s.kind) for s in compiled.plan.steps]
+    if GROUPED[case].get("group") == 8:
+        assert "dwconv" in ops
+    else:
+        assert ops.count("slice") == GROUPED[case].get("group", 2)

@@ -1,0 +1,45 @@
+"""Elementwise Add/Sub/Mul/Div that Gemmini's resadd cannot take (broadcasting, constants, products):
+a float kernel on the CPU — dequantize, compute in float32, quantize (1 LSB tolerance vs onnxruntime)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import NodeView
+from ..plan import CpuOp, Tensor
+from .common import to_plain
+from .context import LowerContext
+from .registry import Lowered
+
+NAMES = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+
+
+def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
+    """Two operands (activations or constants) with ONNX broadcasting, in NHWC when the activations are."""
+    lowered = Lowered()
+    out_shape = node.shape(node.output)
+    acts = [ctx.tensor(t) for t in node.inputs if not node.is_const(t)]
+    nhwc = len(out_shape) == 4 and all(t.layout == "NHWC" for t in acts) and acts
+    operands, scales = [], []
+    for i, name in enumerate(node.inputs):
+        if node.is_const(name):
+            value = np.asarray(node.const(name), np.float32)
+            if nhwc:
+                value = value.reshape((1,) * (4 - value.ndim) + value.shape).transpose(0, 2, 3, 1)
+            cid = ctx.const_id(node.name, f"operand{i}")
+            lowered.constants[cid] = np.ascontiguousarray(value)
+            operands.append(cid)
+            scales.append(None)
+        else:
+            t: Tensor = ctx.tensor(name)
+            if not nhwc:
+                t = to_plain(node, ctx, t, lowered)
+            operands.append(t.id)
+            scales.append(t.scale)
+    shape = (out_shape[0], out_shape[2], out_shape[3], out_shape[1]) if nhwc else out_shape
+    y = ctx.output(node.output, shape, "NHWC" if nhwc else "plain")
+    lowered.tensors.append(y)
+    lowered.steps.append(CpuOp(node.name, op="binary", inputs=tuple(operands), outputs=(y.id,),
+                               params={"fn": NAMES[node.op_type], "in_scales": scales, "out_scale": y.scale,
+                                       "relu": node.fused.get("activation") == "relu"},
+                               reason=reason, tolerance=1))
+    return lowered

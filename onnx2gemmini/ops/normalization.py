@@ -1,0 +1,68 @@
+"""Normalizations Gemmini's int8 configs cannot run: float kernels on the CPU (1 LSB tolerance).
+
+BatchNormalization that follows a conv is folded by passes/bn_fold.py; what remains (pre-activation
+DenseNet blocks, BN after a concat) is a per-channel affine map.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import NodeView
+from ..plan import CpuOp
+from .common import to_plain
+from .context import LowerContext
+from .registry import Handler, Lowered, handler
+
+
+def _channels_last(node: NodeView, ctx: LowerContext, lowered: Lowered):
+    """The input as NHWC (rank 4) or plain with channels on axis 1; returns (tensor, channel axis)."""
+    x = ctx.tensor(node.inputs[0])
+    if x.layout == "NHWC":
+        return x, 3
+    return to_plain(node, ctx, x, lowered), 1
+
+
+@handler("BatchNormalization", since=9)
+class BatchNormHandler(Handler):
+    gemmini = "folded into the preceding conv; otherwise none"
+    limits = "standalone: a per-channel float affine map on the CPU (1 LSB tolerance)"
+
+    def check(self, node, ctx):
+        reasons = [] if all(node.is_const(t) for t in node.inputs[1:5]) else ["non-constant statistics"]
+        if len(node.outputs) > 1 and any(node.used(o) for o in node.outputs[1:]):
+            reasons.append("training outputs")
+        return reasons
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        x, axis = _channels_last(node, ctx, lowered)
+        scale, shift, mean, var = (node.const(t).astype(np.float64) for t in node.inputs[1:5])
+        a = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
+        b = shift - mean * a
+        a_id, b_id = ctx.const_id(node.name, "mul"), ctx.const_id(node.name, "add")
+        lowered.constants[a_id], lowered.constants[b_id] = a.astype(np.float32), b.astype(np.float32)
+        y = ctx.output(node.output, x.shape, x.layout)
+        lowered.tensors.append(y)
+        lowered.steps.append(CpuOp(node.name, op="affine", inputs=(x.id, a_id, b_id), outputs=(y.id,),
+                                   params={"axis": axis, "in_scale": x.scale, "out_scale": y.scale},
+                                   reason="batch normalization not after a conv: per-channel affine on the CPU",
+                                   tolerance=1))
+        return lowered
+
+
+@handler("LRN", since=1)
+class LrnHandler(Handler):
+    gemmini = "none"
+    limits = "float kernel on the CPU across channels (1 LSB tolerance)"
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        x, axis = _channels_last(node, ctx, lowered)
+        y = ctx.output(node.output, x.shape, x.layout)
+        lowered.tensors.append(y)
+        params = {"axis": axis, "size": int(node.attr("size")), "alpha": float(node.attr("alpha", 1e-4)),
+                  "beta": float(node.attr("beta", 0.75)), "bias": float(node.attr("bias", 1.0)),
+                  "in_scale": x.scale, "out_scale": y.scale}
+        lowered.steps.append(CpuOp(node.name, op="lrn", inputs=(x.id,), outputs=(y.id,), params=params,
+                                   reason="local response normalization: float kernel on the CPU", tolerance=1))
+        return lowered

@@ -1,0 +1,67 @@
+"""Unary activations as 256-entry int8 lookup tables, computed at compile time on the CPU's behalf.
+
+table[q + 128] = quantize(f(q * s_in), s_out): every int8 input has exactly one output, so the table is
+the whole function. onnxruntime evaluates f in float between DQ and Q; the two agree within 1 LSB.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph import NodeView
+from ..plan import CpuOp
+from ..quantize import quantize_array
+from .context import LowerContext
+from .registry import Handler, Lowered, handler
+
+_erf = np.vectorize(math.erf, otypes=[np.float32])
+
+
+def _hard_sigmoid(x, alpha, beta):
+    return np.clip(alpha * x + beta, 0, 1)
+
+
+FUNCTIONS = {
+    "Sigmoid": lambda x, a: 1 / (1 + np.exp(-x)),
+    "Tanh": lambda x, a: np.tanh(x),
+    "HardSigmoid": lambda x, a: _hard_sigmoid(x, a.get("alpha", 0.2), a.get("beta", 0.5)),
+    "HardSwish": lambda x, a: x * _hard_sigmoid(x, 1 / 6, 0.5),
+    "LeakyRelu": lambda x, a: np.where(x >= 0, x, a.get("alpha", 0.01) * x),
+    "Elu": lambda x, a: np.where(x > 0, x, a.get("alpha", 1.0) * (np.exp(x) - 1)),
+    "Selu": lambda x, a: a.get("gamma", 1.0507) * np.where(x > 0, x, a.get("alpha", 1.67326) * (np.exp(x) - 1)),
+    "Softplus": lambda x, a: np.log1p(np.exp(x)),
+    "Softsign": lambda x, a: x / (1 + np.abs(x)),
+    "Erf": lambda x, a: _erf(x),
+    "Gelu": lambda x, a: (0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))
+    if a.get("approximate", "none") == "tanh" else 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+    "Neg": lambda x, a: -x,
+    "Abs": lambda x, a: np.abs(x),
+    "Exp": lambda x, a: np.exp(x),
+}
+SINCE = {"Gelu": 20, "HardSwish": 14}
+
+
+def lookup_table(fn, attrs, s_in: float, s_out: float) -> list[int]:
+    x = np.arange(-128, 128, dtype=np.float32) * np.float32(s_in)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.asarray(fn(x, attrs), np.float32)
+    y = np.nan_to_num(y, nan=0.0, posinf=np.float32(3e38), neginf=np.float32(-3e38))
+    return quantize_array(y, s_out).astype(int).tolist()
+
+
+class _LutHandler(Handler):
+    gemmini = "none: a 256-entry int8 lookup table on the CPU"
+    limits = "1 LSB tolerance vs onnxruntime's float evaluation"
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        x = ctx.tensor(node.inputs[0])
+        y = ctx.output(node.output, x.shape, x.layout)
+        table = lookup_table(FUNCTIONS[node.op_type], dict(node.attrs), x.scale, y.scale)
+        step = CpuOp(node.name, op="lut", inputs=(x.id,), outputs=(y.id,), params={"table": table},
+                     reason=f"{node.op_type}: Gemmini has no such activation; int8 lookup table", tolerance=1)
+        return Lowered([step], [y])
+
+
+for _op in FUNCTIONS:
+    handler(_op, since=SINCE.get(_op, 6))(type(f"{_op}Handler", (_LutHandler,), {}))

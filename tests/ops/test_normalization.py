@@ -1,0 +1,28 @@
+"""Standalone BatchNormalization and LRN: float kernels on the CPU within 1 LSB of onnxruntime."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.helpers import assert_matches_ort, infer_outputs, rng
+
+
+def bn_model(shape=(1, 4, 5, 5)):
+    r = rng(0)
+    c = shape[1]
+    inits = {"s": r.uniform(0.5, 2, c).astype(np.float32), "b": r.normal(size=c).astype(np.float32),
+             "m": r.normal(size=c).astype(np.float32), "v": r.uniform(0.5, 2, c).astype(np.float32)}
+    return infer_outputs([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+                         {"x": list(shape)}, inits)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 5, 5), (3, 4)], ids=["nchw", "nc"])
+def test_standalone_batchnorm(shape):
+    compiled, _ = assert_matches_ort(bn_model(shape))
+    assert any(getattr(s, "op", "") == "affine" for s in compiled.plan.steps)
+
+
+@pytest.mark.parametrize("size", [3, 5])  # onnxruntime refuses even sizes
+def test_lrn(size):
+    model = infer_outputs([helper.make_node("LRN", ["x"], ["y"], size=size, alpha=1e-2, beta=0.75, bias=1.0)],
+                          {"x": [1, 7, 4, 4]})
+    assert_matches_ort(model, samples=3)
