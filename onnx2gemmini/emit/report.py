@@ -28,8 +28,14 @@ def geometry(step) -> dict:
     return {}
 
 
-def step_macs(step) -> int:
-    return step.macs if isinstance(step, (Matmul, Conv)) else 0
+def step_macs(step, plan: Plan) -> int:
+    """Multiply-accumulates of a step, wherever it runs (CPU depthwise convs count too)."""
+    if isinstance(step, (Matmul, Conv)):
+        return step.macs
+    if isinstance(step, CpuOp) and step.op == "dwconv":
+        kh, kw = step.params["kernel"]
+        return int(np.prod(plan.tensors[step.outputs[0]].shape)) * kh * kw
+    return 0
 
 
 def layer_rows(plan: Plan, node_ops: dict[str, str], cost=None) -> list[dict]:
@@ -43,7 +49,7 @@ def layer_rows(plan: Plan, node_ops: dict[str, str], cost=None) -> list[dict]:
             "op": node_ops.get(step.node, "QuantizeLinear" if isinstance(step, Quantize) else "output"),
             "target": "cpu" if is_cpu else "gemmini",
             "call": CALLS.get(type(step)) or (f"cpu:{step.op}" if isinstance(step, CpuOp) else "cpu:quantize"),
-            "macs": step_macs(step),
+            "macs": step_macs(step, plan),
             "geometry": geometry(step),
             "tiles": getattr(step, "tiles", None),
             "baseline_tiles": est.get("baseline_tiles"),
