@@ -103,6 +103,9 @@ class _Builder:
                                                                   "kernel_shape", "pads", "strides")}
             self.node("Conv", conv_in, [raw], name=node.name, **attrs)
             self.activation_chain(node, raw)
+        elif op == "MatMul" and node.name not in self.quant.weights:  # two activations
+            self.node("MatMul", list(ins), [raw], name=node.name)
+            self.activation_chain(node, raw)
         elif op in ("Gemm", "MatMul"):
             wq = self.quant.weights[node.name]
             w = self.dq_const(f"{node.name}__W", wq.q, wq.scale)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import NodeView
-from ..plan import Tensor
-from .common import matmul, to_plain
+from ..plan import CpuOp, Matmul, Tensor
+from ..quantize import multiplier
+from .common import activation_code, matmul, to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -62,30 +63,74 @@ class GemmHandler(Handler):
 
 @handler("MatMul", since=1)
 class MatMulHandler(Handler):
-    gemmini = "tiled_matmul_auto (a following Add of a constant row becomes the bias)"
-    limits = "right operand constant and 2-D; left operand any rank (leading dims flattened)"
+    gemmini = ("tiled_matmul_auto (a following Add of a constant row becomes the bias); products of two "
+               "activations (attention) as one tiled_matmul_auto per batch")
+    limits = "constant right operand 2-D; two activations need equal batch dims; vectors are refused"
 
     def check(self, node, ctx):
         reasons = []
-        b = node.input("B")
-        if not node.is_const(b):
-            reasons.append("right operand is not constant (a product of two activations)")
-        elif len(node.shape(b)) != 2:
-            reasons.append(f"right operand has rank {len(node.shape(b))}, expected 2")
-        if len(node.shape(node.input("A"))) < 2:
-            reasons.append("left operand is a vector")
+        a, b = node.input("A"), node.input("B")
+        if len(node.shape(a)) < 2 or len(node.shape(b)) < 2:
+            reasons.append("a vector operand")
+        elif node.is_const(b) and len(node.shape(b)) != 2:
+            reasons.append(f"constant right operand of rank {len(node.shape(b))} (batched weights)")
+        elif node.is_const(a):
+            reasons.append("constant left operand")
+        elif not node.is_const(b) and node.shape(a)[:-2] != node.shape(b)[:-2]:
+            reasons.append("broadcasting batch dimensions")
         return reasons
 
     def float_weights(self, node):
+        if not node.is_const(node.input("B")):
+            return None
         bias = node.fused.get("bias")
         return node.const(node.input("B")).astype(np.float32), (None if bias is None else node.const(bias))
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
         a: Tensor = to_plain(node, ctx, ctx.tensor(node.input("A")), lowered)
+        y = ctx.output(node.output, node.shape(node.output))
+        lowered.tensors.append(y)
+        if not node.is_const(node.input("B")):
+            b = to_plain(node, ctx, ctx.tensor(node.input("B")), lowered)
+            return lowered.add(activation_matmul(node, ctx, a, b, y))
         wq = ctx.weight(node.name)
         k = a.shape[-1]
         i = int(np.prod(a.shape[:-1]))
-        y = ctx.output(node.output, node.shape(node.output))
-        lowered.tensors.append(y)
         return lowered.add(matmul(node, ctx, a, i, k, y, wq.q, wq.bias, a.scale, wq.scale))
+
+
+def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor) -> Lowered:
+    """A x B of two int8 activations: one Gemmini matmul per batch, on CPU-sliced copies when batched."""
+    lowered = Lowered()
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batches = int(np.prod(a.shape[:-2]))
+    scale = multiplier(a.scale, b.scale, y.scale)
+    act = activation_code(node)
+    if batches == 1:
+        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=a.id, B=b.id, D=None, C=y.id, stride_A=k,
+                                    stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
+        return lowered
+    a3 = ctx.temp(node.name, "a_batched", (batches, m, k), a.scale, view_of=a.id)
+    b3 = ctx.temp(node.name, "b_batched", (batches, k, n), b.scale, view_of=b.id)
+    lowered.tensors += [a3, b3]
+    parts = []
+    for i in range(batches):
+        ai = ctx.temp(node.name, f"a{i}", (m, k), a.scale)
+        bi = ctx.temp(node.name, f"b{i}", (k, n), b.scale)
+        ci = ctx.temp(node.name, f"c{i}", (1, m, n), y.scale)
+        lowered.tensors += [ai, bi, ci]
+        for src, dst in ((a3, ai), (b3, bi)):
+            lowered.steps.append(CpuOp(node.name, op="slice", inputs=(src.id,), outputs=(dst.id,),
+                                       params={"axis": 0, "start": i, "end": i + 1},
+                                       reason=f"batched matmul: copy of batch {i}"))
+        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
+                                    stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
+        parts.append(ci)
+    y3 = ctx.temp(node.name, "y_batched", (batches, m, n), y.scale, view_of=y.id)
+    lowered.tensors.append(y3)
+    lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y3.id,),
+                               params={"axis": 0, "in_scales": [y.scale] * batches, "out_scale": y.scale},
+                               reason="batched matmul: the batches' results joined"))
+    return lowered

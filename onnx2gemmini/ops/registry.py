@@ -79,7 +79,8 @@ def all_handlers() -> list[Handler]:
 
 
 def _load_all() -> None:
-    from . import concat, conv, elementwise, gemm, normalization, pool, shape, softmax, unary  # noqa: F401
+    from . import (concat, conv, elementwise, gemm, normalization, pool, shape, softmax,  # noqa: F401
+                   tensor_ops, unary)
 
 
 _load_all()

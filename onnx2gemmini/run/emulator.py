@@ -23,7 +23,8 @@ class Emulator:
             buffers[tid] = np.asarray(inputs[t.onnx_name], np.float32).reshape(t.shape)
         for step in plan.steps:
             for tid, value in zip(step.writes(), self._execute(step, buffers)):
-                buffers[tid] = value.reshape(plan.tensors[tid].shape)
+                base = plan.base(tid)  # a step writing a view fills the bytes of its base
+                buffers[base.id] = value.reshape(base.shape)
         if keep:
             return buffers
         return {tid: self.get(buffers, tid) for tid in plan.outputs}
@@ -46,7 +47,8 @@ class Emulator:
         if isinstance(step, Matmul):
             a = get(step.A).reshape(step.I, step.K)
             d = consts[step.D] if step.D else None
-            return [kernels.matmul(a, consts[step.B], d, step.scale, step.act == 1, step.repeating_bias)]
+            b = get(step.B).reshape(step.K, step.J)
+            return [kernels.matmul(a, b, d, step.scale, step.act == 1, step.repeating_bias)]
         if isinstance(step, Conv):
             x = get(step.input).reshape(step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels)
             bias = consts[step.bias] if step.bias else None
@@ -77,6 +79,11 @@ class Emulator:
                                    p.get("count_include_pad", 0))
         if step.op == "clip":
             return np.clip(x, p["lo"], p["hi"]).astype(np.int8)
+        if step.op == "gather":
+            idx = np.asarray(p["indices"], np.int64).reshape(p["indices_shape"])
+            return np.take(x, idx, axis=p["axis"])
+        if step.op == "layernorm":
+            return kernels.layernorm(x, args[1], args[2], p["axis"], p["epsilon"], p["in_scale"], p["out_scale"])
         if step.op == "slice":
             index = [slice(None)] * x.ndim
             index[p["axis"]] = slice(p["start"], p["end"])

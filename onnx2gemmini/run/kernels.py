@@ -210,3 +210,13 @@ def lrn(x, axis, size, alpha, beta, bias, in_scale, out_scale) -> np.ndarray:
     window = csum[..., size:size + c] - csum[..., :c]
     y = f / np.power(np.float32(bias) + np.float32(alpha / size) * window, np.float32(beta))
     return _quantize(np.moveaxis(y, -1, axis), out_scale)
+
+
+def layernorm(x, gamma, beta, axis, epsilon, in_scale, out_scale) -> np.ndarray:
+    """ONNX LayerNormalization over axes [axis, ...] in float32."""
+    f = x.astype(np.float32) * np.float32(in_scale)
+    axes = tuple(range(axis, x.ndim))
+    mean = f.mean(axis=axes, keepdims=True, dtype=np.float32)
+    var = ((f - mean) ** 2).mean(axis=axes, keepdims=True, dtype=np.float32)
+    y = (f - mean) / np.sqrt(var + np.float32(epsilon)) * gamma + beta
+    return _quantize(y, out_scale)

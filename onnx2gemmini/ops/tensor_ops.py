@@ -1,0 +1,72 @@
+"""Int8 data movement for transformer-style graphs: Gather with constant indices, Squeeze, Unsqueeze."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import NodeView
+from ..plan import CpuOp
+from .common import to_plain
+from .context import LowerContext
+from .registry import Handler, Lowered, handler
+from .shape import _View
+
+
+@handler("Squeeze", since=13)
+class SqueezeHandler(_View):
+    pass
+
+
+@handler("Unsqueeze", since=13)
+class UnsqueezeHandler(_View):
+    pass
+
+
+@handler("Gather", since=13)
+class GatherHandler(Handler):
+    gemmini = "none: an int8 copy on the CPU"
+    limits = "constant indices"
+    output_scale = "input"
+
+    def check(self, node, ctx):
+        return [] if node.is_const(node.inputs[1]) else ["non-constant indices"]
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        x = to_plain(node, ctx, ctx.tensor(node.inputs[0]), lowered)
+        indices = np.asarray(node.const(node.inputs[1]), np.int64)
+        axis = node.attr("axis", 0) % len(x.shape)
+        indices = np.where(indices < 0, indices + x.shape[axis], indices)
+        y = ctx.output(node.output, node.shape(node.output))
+        lowered.tensors.append(y)
+        lowered.steps.append(CpuOp(node.name, op="gather", inputs=(x.id,), outputs=(y.id,),
+                                   params={"axis": axis, "indices": indices.reshape(-1).tolist(),
+                                           "indices_shape": list(indices.shape)},
+                                   reason="Gather: an int8 copy"))
+        return lowered
+
+
+@handler("LayerNormalization", since=17)
+class LayerNormHandler(Handler):
+    gemmini = "none on int8 configs (only configs with normalizations have a LayerNorm unit)"
+    limits = "float kernel on the CPU (1 LSB tolerance)"
+
+    def check(self, node, ctx):
+        return [] if all(node.is_const(t) for t in node.inputs[1:] if t) else ["non-constant scale or bias"]
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        lowered = Lowered()
+        x = to_plain(node, ctx, ctx.tensor(node.inputs[0]), lowered)
+        axis = node.attr("axis", -1) % len(x.shape)
+        norm_shape = x.shape[axis:]
+        gamma = np.broadcast_to(node.const(node.inputs[1]), norm_shape).astype(np.float32)
+        beta = node.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros(1, np.float32)
+        beta = np.broadcast_to(beta, norm_shape).astype(np.float32)
+        g_id, b_id = ctx.const_id(node.name, "gamma"), ctx.const_id(node.name, "beta")
+        lowered.constants[g_id], lowered.constants[b_id] = np.ascontiguousarray(gamma), np.ascontiguousarray(beta)
+        y = ctx.output(node.output, x.shape)
+        lowered.tensors.append(y)
+        lowered.steps.append(CpuOp(node.name, op="layernorm", inputs=(x.id, g_id, b_id), outputs=(y.id,),
+                                   params={"axis": axis, "epsilon": float(node.attr("epsilon", 1e-5)),
+                                           "in_scale": x.scale, "out_scale": y.scale},
+                                   reason="layer normalization: float kernel on the CPU", tolerance=1))
+        return lowered
