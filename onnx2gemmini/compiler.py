@@ -13,7 +13,7 @@ import onnx
 from .calibrate import calibrate
 from .config import GemminiConfig, load_config
 from .data import Dataset, load_data, random_data
-from .graph import Graph, from_onnx
+from .graph import Graph, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
 from .passes import run_passes
 from .plan import Plan
@@ -71,23 +71,38 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     timing["load_s"] = time.perf_counter() - t0
     warnings = []
     t = time.perf_counter()
-    if calib is None:
+    if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
+        data = None  # a fully pre-quantized model carries every scale
+    elif calib is None:
         data = random_data(graph.inputs, num_calib or RANDOM_CALIB_SAMPLES)
         warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
                         "accuracy on real data will suffer")
     else:
         data = calib if isinstance(calib, Dataset) else load_data(calib, graph.inputs)
         data = data.head(num_calib)
-    amax = calibrate(loaded.model, data, calib_method)
+    amax = calibrate(loaded.model, data, calib_method) if data is not None else {}
     timing["calibrate_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    quant = build_table(graph, amax, calib_method, data.num_samples)
+    quant = build_table(graph, amax, calib_method if data is not None else "from the model",
+                        data.num_samples if data is not None else 0)
     timing["quantize_s"] = time.perf_counter() - t
     t = time.perf_counter()
     name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
     plan = build_plan(graph, quant, cfg, name, loaded.sha256)
     timing["plan_s"] = time.perf_counter() - t
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, command)
+
+
+def graph_activations(graph: Graph) -> list[str]:
+    return [i.name for i in graph.inputs] + [o for n in graph.nodes for o in n.outputs if o]
+
+
+def fixed_scales(graph: Graph) -> dict[str, float]:
+    """Scales a pre-quantized model fixes, after flowing back through scale-preserving ops."""
+    from .ops.registry import lookup
+    from .quantize import _propagate_fixed
+    order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
+    return _propagate_fixed(graph, order, {n.name: lookup(n.op_type, graph.opset, n.domain) for n in order})
 
 
 def model_opset(model: onnx.ModelProto) -> int:

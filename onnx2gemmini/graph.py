@@ -46,10 +46,14 @@ class Graph:
     outputs: list[ValueInfo]
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, np.dtype]
+    # Scales a pre-quantized (QDQ) model fixes: activation tensor -> scale, weight initializer -> scale.
+    fixed_scales: dict[str, float] = field(default_factory=dict)
+    fixed_weight_scales: dict[str, float] = field(default_factory=dict)
 
     def copy(self) -> "Graph":
         return Graph(self.name, self.opset, copy.deepcopy(self.nodes), dict(self.initializers),
-                     list(self.inputs), list(self.outputs), dict(self.shapes), dict(self.dtypes))
+                     list(self.inputs), list(self.outputs), dict(self.shapes), dict(self.dtypes),
+                     dict(self.fixed_scales), dict(self.fixed_weight_scales))
 
     def producer(self, tensor: str) -> Node | None:
         for node in self.nodes:

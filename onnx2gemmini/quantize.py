@@ -59,8 +59,10 @@ class QuantTable:
     num_samples: int = 0
 
 
-def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float) -> WeightQuant:
-    s_w = scale_for(float(np.max(np.abs(w))) if w.size else 0.0)
+def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w: float | None = None) -> WeightQuant:
+    """Symmetric int8 weights (scale from the data unless given) and int32 bias at s_in*s_w."""
+    if s_w is None:
+        s_w = scale_for(float(np.max(np.abs(w))) if w.size else 0.0)
     q = np.clip(np.rint(w.astype(np.float32) / np.float32(s_w)), -INT8_MAX, INT8_MAX).astype(np.int8)
     sb = bias_scale(s_in, s_w)
     bias = None
@@ -98,6 +100,19 @@ def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
     return {t: find(t) for t in list(parent) + [p for p in parent.values()]}
 
 
+def _propagate_fixed(graph: Graph, order, handlers) -> dict[str, float]:
+    """A model's fixed output scale flows back through scale-preserving ops (views, pools) to their input."""
+    fixed = dict(graph.fixed_scales)
+    for node in reversed(order):
+        acts = [i for i in node.inputs if i and i not in graph.initializers]
+        if handlers[node.name].output_scale == "input" and acts and node.outputs[0] in fixed:
+            src, scale = acts[0], fixed[node.outputs[0]]
+            if fixed.setdefault(src, scale) != scale:
+                raise UnsupportedError(f"tensor '{src}': scale {fixed[src]:.6g}, but {node.op_type} "
+                                       f"'{node.name}' (which moves int8 values) gives it {scale:.6g}")
+    return fixed
+
+
 def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order."""
     from .ops.registry import lookup  # handlers depend on this module
@@ -108,12 +123,15 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         handlers[node.name] = lookup(node.op_type, graph.opset, node.domain)
         if handlers[node.name] is None:
             raise UnsupportedError(f"node '{node.name}': no handler for {node.op_type}")
+    fixed = _propagate_fixed(graph, order, handlers)
     groups = _scale_groups(graph, order, handlers)
     group_amax: dict[str, float] = {}
     for t, root in groups.items():
         group_amax[root] = max(group_amax.get(root, 0.0), amax.get(t, 0.0))
 
     def calibrated(t: str) -> float:
+        if t in fixed:  # a pre-quantized model's own scale
+            return fixed[t]
         return scale_for(group_amax[groups[t]] if t in groups else amax.get(t, 0.0))
 
     scales: dict[str, float] = {vi.name: calibrated(vi.name) for vi in graph.inputs}
@@ -122,7 +140,9 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         handler = handlers[node.name]
         activations = [i for i in node.inputs if i and i not in graph.initializers]
         for out in (o for o in node.outputs if o):
-            if "clip" in node.fused:
+            if out in fixed:
+                scales[out] = fixed[out]
+            elif "clip" in node.fused:
                 scales[out] = scale_for(node.fused["clip"][1])
             elif handler.output_scale == "input" and activations:
                 scales[out] = scales[activations[0]]
@@ -131,5 +151,6 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         float_w = handler.float_weights(NodeView(node, graph))
         if float_w is not None:
             w, b = float_w
-            weights[node.name] = quantize_weights(w, b, scales[activations[0]])
+            fixed_w = graph.fixed_weight_scales.get(handler.weight_input(NodeView(node, graph)) or "")
+            weights[node.name] = quantize_weights(w, b, scales[activations[0]], fixed_w)
     return QuantTable(scales, weights, dict(amax), method, num_samples)

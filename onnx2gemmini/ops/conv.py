@@ -76,6 +76,9 @@ class ConvHandler(Handler):
             reasons.append("bias is not constant")
         return reasons
 
+    def weight_input(self, node):
+        return node.input("W")
+
     def float_weights(self, node):
         b = node.input("B")
         return node.const(node.input("W")), (node.const(b) if b else None)

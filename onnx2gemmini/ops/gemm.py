@@ -42,6 +42,9 @@ class GemmHandler(Handler):
                 reasons.append("C is not a constant scalar or row vector")
         return reasons
 
+    def weight_input(self, node):
+        return node.input("B") if node.attr("alpha", 1.0) == 1.0 else None
+
     def float_weights(self, node):
         b = node.const(node.input("B")).astype(np.float32)
         w = (b.T if node.attr("transB", 0) else b) * np.float32(node.attr("alpha", 1.0))
@@ -79,6 +82,9 @@ class MatMulHandler(Handler):
         elif not node.is_const(b) and node.shape(a)[:-2] != node.shape(b)[:-2]:
             reasons.append("broadcasting batch dimensions")
         return reasons
+
+    def weight_input(self, node):
+        return node.input("B")
 
     def float_weights(self, node):
         if not node.is_const(node.input("B")):

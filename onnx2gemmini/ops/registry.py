@@ -47,6 +47,10 @@ class Handler:
         """(weights, bias) in the handler's canonical float layout, for quantize.py; None if none."""
         return None
 
+    def weight_input(self, node: NodeView) -> str | None:
+        """The initializer holding the weights as given (a pre-quantized model may fix its scale)."""
+        return None
+
     def lower(self, node: NodeView, ctx: Any) -> Lowered:  # pragma: no cover - abstract
         raise NotImplementedError
 
