@@ -13,6 +13,7 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper, shape_inference, version_converter
 
+from . import qlinear
 from .errors import ModelError, UsageError
 
 log = logging.getLogger("onnx2gemmini")
@@ -182,6 +183,8 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
                              f"{str(exc).splitlines()[0][:200]}") from None
     _fix_input_shapes(model, input_shapes or {})
     _lift_constants(model)
+    if qlinear.has_qoperators(model):
+        qlinear.rewrite(model)
     if simplify and any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
         simplify = False  # constant folding would dequantize the weights and lose their scales
         log.info("pre-quantized model: compiled without onnxsim, with the model's own scales")

@@ -51,6 +51,17 @@ def test_onnxruntime_qdq_model_is_compiled_bit_exact(tmp_path):
     np.testing.assert_array_equal(int8_outputs(compiled), ref.astype(np.int8))
 
 
+def test_qoperator_model_is_compiled_bit_exact(tmp_path):
+    path = ort_quantized(tmp_path, quant_format=QuantFormat.QOperator)
+    assert any(n.op_type == "QLinearConv" for n in onnx.load(path).graph.node)
+    compiled = o2g.compile(path)
+    scale = compiled.plan.tensors[compiled.plan.outputs[0]].scale
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = np.load(ROOT / "digits_eval.npz")["input"][:100]
+    ref = np.stack([np.rint(sess.run(None, {"input": x[i:i + 1]})[0] / np.float32(scale)) for i in range(100)])
+    np.testing.assert_array_equal(int8_outputs(compiled), ref.astype(np.int8))
+
+
 def test_our_own_qdq_model_round_trips(tmp_path):
     first = o2g.compile(ROOT / "digits_cnn.onnx", calib=ROOT / "digits_calib.npz")
     path = tmp_path / "model.qdq.onnx"

@@ -6,9 +6,8 @@ clip performs Clip(0, hi) exactly (quantize.py picks that scale).
 from __future__ import annotations
 
 from ..config import GemminiConfig
-from ..errors import UnsupportedError
 from ..graph import Graph
-from .rewrite import absorb_successor
+from .rewrite import absorb_successor, require_same_fixed_scale
 
 PRODUCERS = ("Conv", "Gemm", "MatMul", "Add", "Sum")
 
@@ -47,10 +46,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             node.fused["clip"] = bounds
         else:
             continue
-        before, after = (graph.fixed_scales.get(t) for t in (node.outputs[0], act.outputs[0]))
-        if before is not None and after is not None and before != after:
-            raise UnsupportedError(f"tensor '{node.outputs[0]}': quantized at {before:.6g} before {act.op_type} and "
-                                   f"{after:.6g} after; Gemmini applies the activation inside one scale")
+        require_same_fixed_scale(graph, node.outputs[0], act.outputs[0], act.op_type)
         node.fused["activation_node"] = act.name
         absorb_successor(graph, node, act)
         changes.append(f"{act.name} ({act.op_type}) fused into {node.name}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from .rewrite import absorb_successor
+from .rewrite import absorb_successor, require_same_fixed_scale
 
 MAX_POOL_FIELD = 3  # pool size, stride and padding are 2-bit fields of config_st
 
@@ -49,6 +49,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             continue
         if geometry["padding"] and node.fused.get("activation") != "relu":
             continue  # zero-valued pool padding differs from -inf on negative values
+        require_same_fixed_scale(graph, node.outputs[0], pool.outputs[0], "max-pool")
         node.fused["pool"] = geometry
         absorb_successor(graph, node, pool)
         changes.append(f"{pool.name} (MaxPool {geometry['size']}/{geometry['stride']}/{geometry['padding']}) "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from ..graph import Graph
 
 
@@ -21,3 +22,11 @@ def add_initializer(graph: Graph, base: str, value: np.ndarray) -> str:
     graph.shapes[name] = tuple(value.shape)
     graph.dtypes[name] = value.dtype
     return name
+
+
+def require_same_fixed_scale(graph: Graph, before: str, after: str, op: str) -> None:
+    """A fusion keeps one scale: a pre-quantized model must not requantize between the fused ops."""
+    a, b = graph.fixed_scales.get(before), graph.fixed_scales.get(after)
+    if a is not None and b is not None and a != b:
+        raise UnsupportedError(f"tensor '{before}': quantized at {a:.6g} before {op} and {b:.6g} after; Gemmini "
+                               f"applies the {op} inside one scale")
