@@ -19,6 +19,8 @@ PERCENTILE = 99.99
 
 def float_tensors(model: onnx.ModelProto) -> list[str]:
     """Every float tensor the graph computes or receives, in graph order."""
+    if not model.graph.value_info:
+        model = onnx.shape_inference.infer_shapes(model)
     g = model.graph
     typed = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)}
     names = [vi.name for vi in g.input if vi.name not in {t.name for t in g.initializer}]

@@ -16,7 +16,7 @@ from onnx.utils import Extractor
 from .calibrate import session
 from .compiler import Compiled
 from .data import Dataset
-from .emit.qdq import build_qdq, input_tensor_name
+from .emit.qdq import build_float, build_qdq, input_tensor_name
 from .metrics import cosine, sqnr_db, top1_agreement
 from .ops.elementwise import resadd_tolerance
 from .plan import CpuOp, GlobalAverage, Resadd, Tensor
@@ -82,7 +82,7 @@ def run_diff(compiled: Compiled, data: Dataset) -> dict:
     layers = _layers(compiled)
     qdq = build_qdq(graph, quant, plan.model_name)
     output_names = [o.name for o in graph.outputs]
-    fp32 = session(compiled.loaded.model, [l.tensor for l in layers])
+    fp32 = session(build_float(graph), [l.tensor for l in layers])
     golden = session(qdq)
     extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
     sub_sessions = {}

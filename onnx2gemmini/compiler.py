@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 
 from .calibrate import calibrate
+from .emit.qdq import build_float
 from .config import GemminiConfig, load_config
 from .data import Dataset, load_data, random_data
 from .graph import Graph, from_onnx, topological
@@ -53,21 +54,25 @@ class Compiled:
         return write_outputs(self, Path(out_dir), emit, force)
 
 
-def prepare(model_path, input_shape=None, config=None) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
+def prepare(model_path, input_shape=None, config=None, equalize: bool = False
+            ) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
     """Load, check and rewrite a model, and pre-flight it (no data needed)."""
     cfg = load_config(config)
     loaded = load(model_path, parse_input_shapes(input_shape))
-    graph, changes = run_passes(from_onnx(loaded.model), cfg)
+    graph, changes = run_passes(from_onnx(loaded.model), cfg, ("equalize",) if equalize else ())
     preflight(graph)
     return loaded, graph, cfg, changes
 
 
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
-            calib_method: str = "minmax", command: str = "") -> Compiled:
-    """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options)."""
+            calib_method: str = "minmax", command: str = "", equalize: bool = False) -> Compiled:
+    """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options).
+
+    `equalize` applies cross-layer equalization to conv -> ReLU -> conv pairs before quantization.
+    """
     timing = {}
     t0 = time.perf_counter()
-    loaded, graph, cfg, changes = prepare(model, input_shape, config)
+    loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
     timing["load_s"] = time.perf_counter() - t0
     warnings = []
     t = time.perf_counter()
@@ -80,7 +85,8 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     else:
         data = calib if isinstance(calib, Dataset) else load_data(calib, graph.inputs)
         data = data.head(num_calib)
-    amax = calibrate(loaded.model, data, calib_method) if data is not None else {}
+    # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
+    amax = calibrate(build_float(graph), data, calib_method) if data is not None else {}
     timing["calibrate_s"] = time.perf_counter() - t
     t = time.perf_counter()
     quant = build_table(graph, amax, calib_method if data is not None else "from the model",

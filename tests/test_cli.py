@@ -98,13 +98,13 @@ def test_bad_model_files(tmp_path, content, fragment):
 
 
 def test_all_unsupported_ops_listed_at_once(tmp_path):
-    nodes = [helper.make_node("LRN", ["x"], ["a"], size=3, name="lrn1"),
-             helper.make_node("Tanh", ["a"], ["b"], name="tanh1"),
-             helper.make_node("Tanh", ["b"], ["y"], name="tanh2")]
+    nodes = [helper.make_node("Hardmax", ["x"], ["a"], name="hardmax1"),
+             helper.make_node("Round", ["a"], ["b"], name="round1"),
+             helper.make_node("Round", ["b"], ["y"], name="round2")]
     path = tmp_path / "m.onnx"
     path.write_bytes(infer_outputs(nodes, {"x": [1, 3, 4, 4]}).SerializeToString())
     proc = run(path, "-o", tmp_path / "out")
-    assert_one_error_line(proc, 3, "LRN x1", "Tanh x2", "lrn1", "tanh1", "tanh2")
+    assert_one_error_line(proc, 3, "Hardmax x1", "Round x2", "hardmax1", "round1", "round2")
     assert not (tmp_path / "out").exists()
 
 

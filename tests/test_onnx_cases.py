@@ -106,7 +106,6 @@ def test_node_case(name):
 
 # Forms the compiler refuses by design (one clean error each); everything else must compile and match.
 REFUSED = {
-    "test_add_bcast": "broadcasting add",
     "test_sum_example": "three operands", "test_sum_one_input": "one operand",
     "test_averagepool_1d_default": "1-D", "test_averagepool_3d_default": "3-D",
     "test_averagepool_3d_dilations_small": "3-D",

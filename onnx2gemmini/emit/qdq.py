@@ -1,4 +1,5 @@
-"""The compiled quantization as a QDQ ONNX model: onnxruntime's golden reference.
+"""The compiled graph as ONNX: with its QuantTable, the QDQ model that is onnxruntime's golden reference;
+without, the float model of the rewritten graph (what calibration and per-layer fp32 references run).
 
 Every quantized tensor T appears as Q(T__preq) -> T__q -> DQ -> T, so the QDQ model keeps the original
 tensor names for the dequantized values, and per-layer sub-models can start at any `T__preq`.
@@ -19,7 +20,7 @@ QDQ_OPSET = 13
 
 
 class _Builder:
-    def __init__(self, graph: Graph, quant: QuantTable):
+    def __init__(self, graph: Graph, quant: QuantTable | None):
         self.graph, self.quant = graph, quant
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
@@ -41,6 +42,15 @@ class _Builder:
             self.init(name, self.graph.initializers[name])
         return name
 
+    def weights(self, node: Node, index: int, role: str) -> str:
+        """A conv/gemm weight or bias input: DQ of the int values, or the float initializer (float mode)."""
+        if self.quant is None:
+            return self.operand(node.inputs[index]) if index < len(node.inputs) else ""
+        wq = self.quant.weights[node.name]
+        if role == "W":
+            return self.dq_const(f"{node.name}__W", wq.q, wq.scale)
+        return self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale) if wq.bias is not None else ""
+
     def dq_const(self, base: str, q: np.ndarray, scale: float) -> str:
         zero = np.zeros((), np.int32 if q.dtype == np.int32 else np.int8)
         self.init(f"{base}__q", q)
@@ -52,6 +62,9 @@ class _Builder:
 
     def qdq(self, preq: str, tensor: str, scale_of: str | None = None) -> None:
         """Q then DQ with the scale of `scale_of` (default: the tensor's): preq -> tensor__q -> tensor."""
+        if self.quant is None:  # float mode: the same names, no quantization
+            self.node("Identity", [preq], [tensor], name=f"{tensor}__Identity")
+            return
         key = scale_of or tensor
         s = self.init(f"{key}__scale", np.float32(self.quant.scales[key]))
         z = self.init(f"{key}__zp", np.zeros((), np.int8))
@@ -94,14 +107,21 @@ class _Builder:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
         raw = f"{out}__raw"
         if op == "Conv":
-            wq = self.quant.weights[node.name]
-            w = self.dq_const(f"{node.name}__W", wq.q, wq.scale)
-            conv_in = [ins[0], w]
-            if wq.bias is not None:
-                conv_in.append(self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale))
+            conv_in = [ins[0], self.weights(node, 1, "W")]
+            bias = self.weights(node, 2, "B")
+            conv_in += [bias] if bias else []
             attrs = {k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group",
                                                                   "kernel_shape", "pads", "strides")}
             self.node("Conv", conv_in, [raw], name=node.name, **attrs)
+            self.activation_chain(node, raw)
+        elif op in ("Gemm", "MatMul") and self.quant is None:
+            attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "beta", "transA", "transB")}
+            inputs = [self.operand(i) for i in ins]
+            if "bias" in node.fused:
+                self.node(op, inputs, [f"{raw}__nobias"], name=node.name, **attrs)
+                self.node("Add", [f"{raw}__nobias", self.operand(node.fused["bias"])], [raw], name=f"{node.name}__bias")
+            else:
+                self.node(op, inputs, [raw], name=node.name, **attrs)
             self.activation_chain(node, raw)
         elif op == "MatMul" and node.name not in self.quant.weights:  # two activations
             self.node("MatMul", list(ins), [raw], name=node.name)
@@ -141,14 +161,19 @@ class _Builder:
             self.qdq(f"{out}__preq", out)
 
 
-def build_qdq(graph: Graph, quant: QuantTable, name: str = "model") -> onnx.ModelProto:
+def build_float(graph: Graph, name: str = "model") -> onnx.ModelProto:
+    """The rewritten graph (folded, fused, equalized) as a float model with the same tensor names."""
+    return build_qdq(graph, None, name)
+
+
+def build_qdq(graph: Graph, quant: QuantTable | None, name: str = "model") -> onnx.ModelProto:
     """A QDQ model computing the compiled quantization; inputs/outputs keep the original names."""
     b = _Builder(graph, quant)
     inputs = [helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, vi.shape) for vi in graph.inputs]
     # Model inputs: the float input is quantized and dequantized under a new name, then readers use it.
-    renamed = {vi.name: f"{vi.name}__fq" for vi in graph.inputs}
+    renamed = {vi.name: f"{vi.name}__fq" for vi in graph.inputs} if quant is not None else {}
     b.original = {v: k for k, v in renamed.items()}
-    for vi in graph.inputs:
+    for vi in graph.inputs if quant is not None else ():
         scale = quant.scales[vi.name]
         s = b.init(f"{vi.name}__scale", np.float32(scale))
         z = b.init(f"{vi.name}__zp", np.zeros((), np.int8))

@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import bias_add, bn_fold, fuse_activation, fuse_maxpool, qdq_import
+from . import bias_add, bn_fold, equalize, fuse_activation, fuse_maxpool, qdq_import
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -23,10 +23,14 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 )
 
 
-def run_passes(graph: Graph, config: GemminiConfig) -> tuple[Graph, list[str]]:
+# Optional passes, run after the default ones when asked for.
+OPTIONAL: dict[str, Pass] = {"equalize": equalize.run}
+
+
+def run_passes(graph: Graph, config: GemminiConfig, optional: tuple[str, ...] = ()) -> tuple[Graph, list[str]]:
     """A rewritten copy of `graph` and the change log of every pass."""
     graph = graph.copy()
     changes: list[str] = []
-    for name, rewrite in PASSES:
+    for name, rewrite in PASSES + tuple((n, OPTIONAL[n]) for n in optional):
         changes.extend(f"{name}: {line}" for line in rewrite(graph, config))
     return graph, changes

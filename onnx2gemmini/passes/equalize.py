@@ -1,0 +1,55 @@
+"""Cross-layer equalization (Nagel et al., "Data-Free Quantization", 2019), optional.
+
+For conv1 -> ReLU (-> max-pool) -> conv2, scaling output channel i of conv1 by 1/s_i and the matching
+input channel of conv2 by s_i leaves the float function unchanged (ReLU and max-pool are positively
+homogeneous) while evening out the per-channel weight ranges, which per-tensor int8 weights need.
+s_i = sqrt(r1_i / r2_i) with r the channel's largest |weight|. Depthwise convs (MobileNet) gain most.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import GemminiConfig
+from ..graph import Graph, Node
+from .rewrite import add_initializer
+
+ROUNDS = 4
+
+
+def _pairs(graph: Graph) -> list[tuple[Node, Node]]:
+    pairs = []
+    for conv1 in graph.nodes:
+        if conv1.op_type != "Conv" or conv1.fused.get("activation") != "relu" or "clip" in conv1.fused:
+            continue
+        conv2 = graph.only_consumer(conv1.outputs[0])
+        if conv2 is None or conv2.op_type != "Conv" or conv2.inputs[0] != conv1.outputs[0]:
+            continue
+        if any(graph.const(t) is None for t in conv1.inputs[1:] + conv2.inputs[1:2] if t):
+            continue
+        if conv1.attrs.get("group", 1) not in (1, graph.const(conv1.inputs[1]).shape[0]):
+            continue  # grouped (not depthwise) conv1: its channels mix within groups only; keep it simple
+        pairs.append((conv1, conv2))
+    return pairs
+
+
+def run(graph: Graph, config: GemminiConfig) -> list[str]:
+    pairs = _pairs(graph)
+    if not pairs:
+        return []
+    for _ in range(ROUNDS):
+        for conv1, conv2 in pairs:
+            w1 = graph.const(conv1.inputs[1]).astype(np.float64)
+            w2 = graph.const(conv2.inputs[1]).astype(np.float64)
+            depthwise2 = conv2.attrs.get("group", 1) == w2.shape[0] and w2.shape[1] == 1
+            r1 = np.abs(w1).reshape(w1.shape[0], -1).max(axis=1)
+            r2 = np.abs(w2).reshape(w2.shape[0], -1).max(axis=1) if depthwise2 else \
+                np.abs(w2).transpose(1, 0, 2, 3).reshape(w2.shape[1], -1).max(axis=1)
+            s = np.where((r1 > 0) & (r2 > 0), np.sqrt(r1 / np.where(r2 > 0, r2, 1)), 1.0)
+            w1 = w1 / s.reshape(-1, 1, 1, 1)
+            w2 = w2 * (s.reshape(-1, 1, 1, 1) if depthwise2 else s.reshape(1, -1, 1, 1))
+            conv1.inputs[1] = add_initializer(graph, f"{conv1.name}_cle_W", w1.astype(np.float32))
+            if len(conv1.inputs) > 2 and conv1.inputs[2]:
+                b1 = graph.const(conv1.inputs[2]).astype(np.float64) / s
+                conv1.inputs[2] = add_initializer(graph, f"{conv1.name}_cle_B", b1.astype(np.float32))
+            conv2.inputs[1] = add_initializer(graph, f"{conv2.name}_cle_W", w2.astype(np.float32))
+    return [f"equalized {a.name} -> {b.name}" for a, b in pairs]
