@@ -96,7 +96,8 @@ def step_costs(step, config) -> dict | None:
             "dram_bytes": ours["dram_bytes"], "baseline_dram_bytes": base["dram_bytes"],
             "est_cycles": ours["est_cycles"], "baseline_est_cycles": base["est_cycles"],
             "utilization": ours["utilization"], "baseline_utilization": base["utilization"],
-            "ideal_cycles": ours["ideal_cycles"], "dram_breakdown": ours["dram_breakdown"]}
+            "ideal_cycles": ours["ideal_cycles"], "dram_breakdown": ours["dram_breakdown"],
+            "baseline_dram_breakdown": base["dram_breakdown"]}
 
 
 def plan_costs(plan: Plan) -> list[dict | None]:

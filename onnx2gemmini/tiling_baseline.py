@@ -60,6 +60,9 @@ def baseline_conv_tiles(geometry, config) -> tuple[int, ...]:
     max_args = g.max_tiles
     orows_idx, ocols_idx, och_idx, ich_idx = 1, 2, 3, 6
     while not _fits(args, g, config):
+        if max(args) == 1:   # gemmini.h would shrink a tile to 0 here and then never terminate
+            raise ValueError(f"no conv tile fits config '{config.name}' (even all-ones needs "
+                             f"{conv_rows(args, g, config)} spad/acc rows): {g}")
         max_val, max_idx = -1, -1
         for i, v in enumerate(args):
             if not (i == ocols_idx and v <= dim and args[orows_idx] > 1) and v > max_val:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from functools import lru_cache
+from math import prod
 
 from .tiling_baseline import baseline_global_average_tile, baseline_resadd_tiles
 from .tiling_geometry import ConvGeometry, ceil_div, spans
@@ -27,23 +28,26 @@ def bus_bytes(config) -> float:
     return config.dma_bus_bits / 8
 
 
-def _estimate(groups, first_load: float, last_store: float, config, macs: int) -> dict:
-    """Sum a pipeline over tile groups: each tile costs max(compute, its overlappable DMA); the first
-    tile's loads and the last tile's store cannot overlap anything and are added on top.
+class _Pipeline:
+    """Tiles as a double-buffered pipeline: each tile costs max(compute, its DMA), except that the first
+    tile's loads and the last tile's store overlap nothing and are added on top. Tiles come in groups of
+    identical ones (count, compute cycles, bytes loaded, bytes stored, is first, is last)."""
 
-    groups: iterable of (count, compute_cycles, dma_bytes_overlappable, total_dma_bytes).
-    """
-    bw = bus_bytes(config)
-    est = (first_load + last_store) / bw
-    compute = dma = 0.0
-    for count, comp, overlappable, total in groups:
-        est += count * max(comp, overlappable / bw)
-        compute += count * comp
-        dma += count * total / bw
-    ideal = macs / (config.dim * config.dim)
-    est_cycles = int(-(-est // 1))
-    return {"est_cycles": est_cycles, "compute_cycles": int(compute), "dma_cycles": int(-(-dma // 1)),
-            "ideal_cycles": ideal, "utilization": (ideal / est_cycles) if est_cycles else 0.0}
+    def __init__(self, config):
+        self.config, self.bw = config, bus_bytes(config)
+        self.est = self.compute = self.dma = 0.0
+
+    def add(self, count: int, compute: float, loads: int, store: int, first: bool, last: bool) -> None:
+        exposed = (loads if first else 0) + (store if last else 0)   # only ever in a group of one tile
+        self.est += count * max(compute, (loads + store - exposed) / self.bw) + exposed / self.bw
+        self.compute += count * compute
+        self.dma += count * (loads + store) / self.bw
+
+    def estimate(self, macs: int) -> dict:
+        ideal = macs / (self.config.dim * self.config.dim)
+        est = int(-(-self.est // 1))
+        return {"est_cycles": est, "compute_cycles": int(self.compute), "dma_cycles": int(-(-self.dma // 1)),
+                "ideal_cycles": ideal, "utilization": (ideal / est) if est else 0.0}
 
 
 def _classes(sizes: list) -> list[tuple[int, object, bool, bool]]:
@@ -86,23 +90,15 @@ def matmul_cost(I: int, J: int, K: int, tiles, config, has_bias: bool = True) ->
     ti, tj, tk = tiles
     n_i, n_j, n_k, a_reuse, b_reuse = matmul_reuse(I, J, K, tiles, config)
     dims = [_classes([s for _, s in spans(d, t * dim)]) for d, t in zip((I, J, K), tiles)]
-    groups, first_load, last_store = [], 0, 0
-    overhead = LOOP_OVERHEAD_BLOCKS * dim
+    pipe, overhead = _Pipeline(config), LOOP_OVERHEAD_BLOCKS * dim
     for (ci, ri, fi, li), (cj, cj_el, fj, lj), (ck, ck_el, fk, lk) in itertools.product(*dims):
-        count = ci * cj * ck
         load_a = 0 if (a_reuse and not fj) else ri * ck_el
         load_b = 0 if (b_reuse and not fi) else ck_el * cj_el
         load_d = BIAS_BYTES * ri * cj_el if (has_bias and fk) else 0
-        store = ri * cj_el if lk else 0
-        loads = load_a + load_b + load_d
         compute = dim * ceil_div(ri, dim) * ceil_div(cj_el, dim) * ceil_div(ck_el, dim) + overhead
-        first, last = fi and fj and fk, li and lj and lk
-        if first:
-            first_load = loads
-        if last:
-            last_store = store
-        groups.append((count, compute, (0 if first else loads) + (0 if last else store), loads + store))
-    est = _estimate(groups, first_load, last_store, config, I * J * K)
+        pipe.add(ci * cj * ck, compute, load_a + load_b + load_d, ri * cj_el if lk else 0,
+                 fi and fj and fk, li and lj and lk)
+    est = pipe.estimate(I * J * K)
     traffic = matmul_traffic(I, J, K, tiles, config, has_bias)
     est.update(dram_bytes=traffic["total"], dram_breakdown={k: v for k, v in traffic.items() if k != "total"},
                num_tiles=n_i * n_j * n_k, pinned={"input": a_reuse, "weights": b_reuse})
@@ -206,13 +202,11 @@ def conv_cost(geometry, tiles, config, has_bias: bool = True) -> dict:
     bs = _classes([s for _, s in spans(g.batch_size, batches)])
     ochs = _classes([s for _, s in spans(g.out_channels, pochs)])
     ichs = _classes([s for _, s in spans(g.in_channels, kchs)])
-    overhead = LOOP_OVERHEAD_BLOCKS * dim
-    groups, first_load, last_store = [], 0, 0
+    pipe, overhead = _Pipeline(config), LOOP_OVERHEAD_BLOCKS * dim
     for (cb, b_n, fb, lb), (r, cr), (c, cc), (co, oc_n, fo, lo), (ck, ic_n, fk, lk) in itertools.product(
             bs, rows.items(), cols.items(), ochs, ichs):
         r_out, r_in, pr_n, kr_n, fpr, lpr, fkr, lkr = r
         c_out, c_in, pc_n, kcl_n, fpc, lpc, fkc, lkc = c
-        count = cb * cr * cc * co * ck
         load_in = 0 if (a_reuse and not fo) else b_n * r_in * c_in * ic_n
         load_w = 0 if (b_reuse and not (fb and fpr and fpc)) else kr_n * kcl_n * ic_n * oc_n
         load_bias = BIAS_BYTES * b_n * r_out * c_out * oc_n if (has_bias and fkr and fkc and fk) else 0
@@ -220,21 +214,12 @@ def conv_cost(geometry, tiles, config, has_bias: bool = True) -> dict:
         ppr = pixels_per_row(g, kcl_n, ic_n, config)
         compute = (dim * ceil_div(oc_n, dim) * kr_n * ceil_div(kcl_n, ppr) * ceil_div(ic_n, dim)
                    * b_n * r_out * ceil_div(c_out, dim) + overhead)
-        loads = load_in + load_w + load_bias
-        first = fb and fpr and fpc and fo and fkr and fkc and fk
-        last = lb and lpr and lpc and lo and lkr and lkc and lk
-        if first:
-            first_load = loads
-        if last:
-            last_store = store
-        groups.append((count, compute, (0 if first else loads) + (0 if last else store), loads + store))
-    est = _estimate(groups, first_load, last_store, config, g.macs)
+        pipe.add(cb * cr * cc * co * ck, compute, load_in + load_w + load_bias, store,
+                 fb and fpr and fpc and fo and fkr and fkc and fk, lb and lpr and lpc and lo and lkr and lkc and lk)
+    est = pipe.estimate(g.macs)
     traffic = conv_traffic(g, tiles, has_bias)
-    num_tiles = 1
-    for c in counts:
-        num_tiles *= c
     est.update(dram_bytes=traffic["total"], dram_breakdown={k: v for k, v in traffic.items() if k != "total"},
-               num_tiles=num_tiles, pinned={"input": a_reuse, "weights": b_reuse})
+               num_tiles=prod(counts), pinned={"input": a_reuse, "weights": b_reuse})
     return est
 
 
@@ -244,16 +229,11 @@ def resadd_cost(I: int, J: int, config, tiles=None) -> dict:
     """tiled_resadd: each (tile_I x tile_J) element tile moves A and B in (int8, into the accumulator)
     and C out; the array is idle, so the estimate is DMA-bound. Tiles default to gemmini.h's (§3.6)."""
     ti, tj = tiles or baseline_resadd_tiles(I, J, config)
-    groups = []
     rows, cols = _classes([s for _, s in spans(I, ti)]), _classes([s for _, s in spans(J, tj)])
-    first_load = last_store = 0
+    pipe = _Pipeline(config)
     for (ci, r, fi, li), (cj, c, fj, lj) in itertools.product(rows, cols):
-        loads, store = 2 * r * c, r * c
-        first, last = fi and fj, li and lj
-        first_load = loads if first else first_load
-        last_store = store if last else last_store
-        groups.append((ci * cj, 0, (0 if first else loads) + (0 if last else store), loads + store))
-    est = _estimate(groups, first_load, last_store, config, 0)
+        pipe.add(ci * cj, 0, 2 * r * c, r * c, fi and fj, li and lj)
+    est = pipe.estimate(0)
     est.update(dram_bytes=3 * I * J, dram_breakdown={"input": 2 * I * J, "weights": 0, "bias": 0,
                                                     "output": I * J},
                num_tiles=ceil_div(I, ti) * ceil_div(J, tj), tiles={"tile_I": ti, "tile_J": tj})
@@ -265,7 +245,9 @@ def global_average_cost(batches: int, channels: int, dim: int, config, channel_t
     tile; DMA-bound. The channel tile defaults to gemmini.h's (§3.7)."""
     tile = channel_tile or baseline_global_average_tile(channels, config)
     loads, store = batches * dim * dim * channels, batches * channels
-    est = _estimate([(1, 0, 0, loads + store)], loads, store, config, 0)
+    pipe = _Pipeline(config)
+    pipe.add(1, 0, loads, store, True, True)
+    est = pipe.estimate(0)
     est.update(dram_bytes=loads + store,
                dram_breakdown={"input": loads, "weights": 0, "bias": 0, "output": store},
                num_tiles=batches * ceil_div(channels, tile), tiles={"channel_tile_size": tile})

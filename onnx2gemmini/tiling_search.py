@@ -114,7 +114,7 @@ def _max_pocols(g: ConvGeometry, config, batches, porows, pochs, krows, kcols, k
 def conv_candidates(geometry, config) -> set[tuple[int, ...]]:
     """Legal conv tiles the search considers (see the module docstring for why these suffice)."""
     g = ConvGeometry.of(geometry)
-    base = baseline_conv_tiles(g, config)
+    base = baseline_conv_tiles(g, config)   # its kernel and channel tiles seed the candidate lists
     n, pr, pc, oc, k, _, ic = g.max_tiles
     pool_size, pool_stride, _ = g.pool
     dim = config.dim
@@ -139,7 +139,7 @@ def choose_conv_tiles(geometry, config, has_bias: bool = True) -> tuple[int, ...
     """(batches, porows, pocols, pochs, krows, kcols, kchs) for tiled_conv, within the double-buffered
     budgets (gemmini.h's accounting)."""
     g = ConvGeometry.of(geometry)
-    baseline = baseline_conv_tiles(g, config)
+    baseline = baseline_conv_tiles(g, config)       # raises when no tile fits at all
     byte_costs = {t: conv_traffic(g, t, has_bias)["total"] for t in conv_candidates(g, config)}
     byte_costs[baseline] = conv_traffic(g, baseline, has_bias)["total"]
     return _pick(byte_costs, baseline, lambda t: conv_cost(g, t, config, has_bias)["est_cycles"])
