@@ -38,6 +38,9 @@ def _common(f):
                      help="Gemmini configuration: a preset name or a JSON file."),
         click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",
                      help="Fix a dynamic input dimension (repeatable)."),
+        click.option("--tiling", type=click.Choice(["search", "auto"]), default="search", show_default=True,
+                     help="search: choose every matmul/conv tile (explicit-tile calls); auto: gemmini.h's *_auto."),
+        click.option("--equalize", is_flag=True, help="Cross-layer equalization before quantization."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable summary on stdout."),
         click.option("-v", "--verbose", count=True, help="More output."),
         click.option("-q", "--quiet", is_flag=True, help="Less output."),
@@ -85,8 +88,8 @@ def cli():
               help="Output directory (default ./<model stem>_gemmini); refused if non-empty unless --force.")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
-def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, as_json, verbose, quiet, debug,
-                output, force, emit):
+def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, as_json, verbose,
+                quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
     from .emit.writer import check_output_dir, parse_emit
@@ -96,7 +99,7 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, as_j
     emit_set = parse_emit(emit)
     check_output_dir(out, force)
     compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                             calib_method=calib_method, command=_command_line())
+                             calib_method=calib_method, command=_command_line(), tiling=tiling, equalize=equalize)
     for w in compiled.warnings:
         log.warning(w)
     for change in compiled.changes:
@@ -123,14 +126,14 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, as_j
 @click.option("--data", type=click.Path(path_type=Path),
               help="Evaluation data; with a `labels` array, accuracy is reported. Default: the calibration data.")
 @click.option("--num-samples", type=click.IntRange(min=1), help="Compare at most N samples.")
-def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, as_json, verbose, quiet, debug,
-             data, num_samples):
+def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, as_json, verbose, quiet,
+             debug, data, num_samples):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
 
     _setup_logging(verbose, quiet)
     result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                 calib_method=calib_method, num_samples=num_samples)
+                 calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling)
     if as_json:
         _emit_json(result)
     elif not quiet:
@@ -167,27 +170,69 @@ def format_diff(result: dict) -> str:
 
 @cli.command("inspect")
 @_common
-def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, as_json, verbose, quiet, debug):
-    """Plan MODEL and print the per-layer table and totals; writes no code."""
+def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, as_json, verbose,
+                quiet, debug):
+    """Plan MODEL and print the per-layer table and totals; writes no code.
+
+    --config A,B,... plans the model on several configurations side by side.
+    """
     from .compiler import compile as compile_model
     from .emit.report import build_report
 
     _setup_logging(verbose, quiet)
-    compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                             calib_method=calib_method, command=_command_line())
-    report = build_report(compiled, compiled.timing)
+    names = [c.strip() for c in config.split(",") if c.strip()] or ["default"]
+    reports, plans = [], []
+    for name in names:
+        compiled = compile_model(model, calib=calib, config=name, input_shape=input_shape, num_calib=num_calib,
+                                 calib_method=calib_method, command=_command_line(), tiling=tiling,
+                                 equalize=equalize)
+        reports.append(build_report(compiled, compiled.timing))
+        plans.append(compiled.plan.to_dict())
     if as_json:
-        _emit_json({"report": report, "plan": compiled.plan.to_dict()})
+        _emit_json({"report": reports[0], "plan": plans[0]} if len(names) == 1 else
+                   {"configs": [{"config": n, "report": r} for n, r in zip(names, reports)]})
         return
-    click.echo(f"{'#':>3} {'layer':44} {'op':12} {'target':8} {'call':28} {'MACs':>14}")
+    if len(names) == 1 or verbose:
+        for name, report in zip(names, reports):
+            click.echo(format_layers(report))
+    click.echo(format_totals(names, reports))
+    click.echo("DRAM bytes are exact for the chosen tiles; cycles and utilization are estimates "
+               "(docs/cost_model.md), not measurements.")
+
+
+def format_layers(report: dict) -> str:
+    lines = [f"config {report['config']['name']} (DIM {report['config']['dim']})",
+             f"{'#':>3} {'layer':34} {'op':10} {'call':22} {'MACs':>12} {'tiles':>22} {'DRAM B':>11} "
+             f"{'gemmini.h B':>11} {'est.cyc':>10} {'util':>6}"]
     for i, r in enumerate(report["layers"]):
-        click.echo(f"{i:>3} {r['name'][-44:]:44} {r['op']:12} {r['target']:8} {r['call']:28} {r['macs']:>14,}")
-    t = report["totals"]
-    share = t["macs_on_gemmini"] / t["macs"] if t["macs"] else 1.0
-    click.echo(f"total: {t['macs']:,} MACs, {share:.1%} on Gemmini, ideal {t['ideal_cycles']:,} cycles "
-               f"(DIM {report['config']['dim']})")
-    for line in report["cpu_steps"]:
-        click.echo(line)
+        tiles = ",".join(str(v) for v in r["tiles"].values()) if r["tiles"] else "-"
+        lines.append(f"{i:>3} {r['name'][-34:]:34} {r['op'][:10]:10} {r['call'][:22]:22} {r['macs']:>12,} "
+                     f"{tiles[-22:]:>22} {_n(r['dram_bytes']):>11} {_n(r['baseline_dram_bytes']):>11} "
+                     f"{_n(r['est_cycles']):>10} {_p(r['utilization']):>6}")
+    lines += report["cpu_steps"]
+    return "\n".join(lines)
+
+
+def format_totals(names: list[str], reports: list[dict]) -> str:
+    lines = [f"{'config':18} {'DIM':>4} {'spad KiB':>8} {'acc KiB':>7} {'MACs on Gemmini':>15} {'ideal cyc':>11} "
+             f"{'est. cycles':>12} {'util':>6} {'DRAM B':>12} {'gemmini.h B':>12} {'ratio':>6}"]
+    for name, r in zip(names, reports):
+        t, c = r["totals"], r["config"]
+        share = t["macs_on_gemmini"] / t["macs"] if t["macs"] else 1.0
+        ratio = t["dram_bytes"] / t["baseline_dram_bytes"] if t["dram_bytes"] and t["baseline_dram_bytes"] else None
+        lines.append(f"{name:18} {c['dim']:>4} {c['sp_kib']:>8} {c['acc_kib']:>7} {share:>15.1%} "
+                     f"{t['ideal_cycles']:>11,} {_n(t['est_cycles']):>12} {_p(t['utilization']):>6} "
+                     f"{_n(t['dram_bytes']):>12} {_n(t['baseline_dram_bytes']):>12} "
+                     f"{'' if ratio is None else f'{ratio:.3f}':>6}")
+    return "\n".join(lines)
+
+
+def _n(value) -> str:
+    return "-" if value is None else f"{int(value):,}"
+
+
+def _p(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 @cli.command("ops")

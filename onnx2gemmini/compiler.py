@@ -12,6 +12,8 @@ import onnx
 
 from .calibrate import calibrate
 from .emit.qdq import build_float
+from .errors import UnsupportedError, UsageError
+from .tiling import apply_tiles
 from .config import GemminiConfig, load_config
 from .data import Dataset, load_data, random_data
 from .graph import Graph, from_onnx, topological
@@ -64,12 +66,19 @@ def prepare(model_path, input_shape=None, config=None, equalize: bool = False
     return loaded, graph, cfg, changes
 
 
+TILINGS = ("search", "auto")
+
+
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
-            calib_method: str = "minmax", command: str = "", equalize: bool = False) -> Compiled:
+            calib_method: str = "minmax", command: str = "", equalize: bool = False,
+            tiling: str = "search") -> Compiled:
     """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options).
 
     `equalize` applies cross-layer equalization to conv -> ReLU -> conv pairs before quantization.
+    `tiling`: "search" picks every matmul/conv tile (explicit-tile calls); "auto" leaves it to gemmini.h.
     """
+    if tiling not in TILINGS:
+        raise UsageError(f"--tiling: unknown value '{tiling}' (choose from {', '.join(TILINGS)})")
     timing = {}
     t0 = time.perf_counter()
     loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
@@ -96,6 +105,13 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
     plan = build_plan(graph, quant, cfg, name, loaded.sha256)
     timing["plan_s"] = time.perf_counter() - t
+    if tiling == "search":
+        t = time.perf_counter()
+        try:
+            plan = apply_tiles(plan)
+        except ValueError as exc:
+            raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
+        timing["tiling_s"] = time.perf_counter() - t
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, command)
 
 

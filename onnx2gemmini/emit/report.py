@@ -6,10 +6,21 @@ import json
 import numpy as np
 
 from ..plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
+from ..tiling import cost_callback
 from ..version import __version__
 
 CALLS = {Matmul: "tiled_matmul_auto", Conv: "tiled_conv_auto", Resadd: "tiled_resadd_auto",
          GlobalAverage: "tiled_global_average_auto"}
+
+
+def call_name(step) -> str:
+    """The gemmini.h entry point the C backend emits for this step (explicit tiles: no `_auto`)."""
+    if isinstance(step, CpuOp):
+        return f"cpu:{step.op}"
+    if isinstance(step, Quantize):
+        return "cpu:quantize"
+    name = CALLS[type(step)]
+    return name.removesuffix("_auto") if getattr(step, "tiles", None) else name
 
 
 def geometry(step) -> dict:
@@ -48,10 +59,10 @@ def layer_rows(plan: Plan, node_ops: dict[str, str], cost=None) -> list[dict]:
             "name": step.node,
             "op": node_ops.get(step.node, "QuantizeLinear" if isinstance(step, Quantize) else "output"),
             "target": "cpu" if is_cpu else "gemmini",
-            "call": CALLS.get(type(step)) or (f"cpu:{step.op}" if isinstance(step, CpuOp) else "cpu:quantize"),
+            "call": call_name(step),
             "macs": step_macs(step, plan),
             "geometry": geometry(step),
-            "tiles": getattr(step, "tiles", None),
+            "tiles": getattr(step, "tiles", None) or est.get("tiles"),
             "baseline_tiles": est.get("baseline_tiles"),
             "dram_bytes": est.get("dram_bytes"),
             "baseline_dram_bytes": est.get("baseline_dram_bytes"),
@@ -71,7 +82,7 @@ def _sum_or_none(rows, key):
 def build_report(compiled, timing: dict) -> dict:
     plan = compiled.plan
     node_ops = {n.name: n.op_type for n in compiled.graph.nodes}
-    rows = layer_rows(plan, node_ops)
+    rows = layer_rows(plan, node_ops, cost=cost_callback(plan))
     dim = plan.config.dim
     macs = sum(r["macs"] for r in rows)
     macs_gemmini = sum(r["macs"] for r in rows if r["target"] == "gemmini")
@@ -130,14 +141,30 @@ def report_markdown(report: dict) -> str:
              f"{report['quantization']['method']} over {report['quantization']['num_samples']} samples", ""]
     for w in report["warnings"]:
         lines.append(f"> warning: {w}")
-    lines += ["", "| # | layer | op | target | call | MACs | reason |", "|---|---|---|---|---|---:|---|"]
+    lines += ["", "DRAM bytes are exact for the tiling (bytes moved by mvin/mvout); cycles and utilization are "
+              "ESTIMATES of the cost model in docs/cost_model.md, not measurements. `baseline` is what "
+              "gemmini.h's own `*_auto` tiling would do.", "",
+              "| # | layer | op | target | call | MACs | tiles | DRAM B | baseline DRAM B | est. cycles | est. util. "
+              "| reason |", "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---|"]
     for i, r in enumerate(report["layers"]):
         name = r["name"].replace("|", "\\|")
-        lines.append(f"| {i} | `{name}` | {r['op']} | {r['target']} | {r['call']} | {r['macs']:,} | "
-                     f"{r['reason'].replace('|', '/')} |")
+        tiles = ",".join(str(v) for v in r["tiles"].values()) if r["tiles"] else ""
+        lines.append(f"| {i} | `{name}` | {r['op']} | {r['target']} | {r['call']} | {r['macs']:,} | {tiles} | "
+                     f"{_num(r['dram_bytes'])} | {_num(r['baseline_dram_bytes'])} | {_num(r['est_cycles'])} | "
+                     f"{_pct(r['utilization'])} | {r['reason'].replace('|', '/')} |")
     share = t["macs_on_gemmini"] / t["macs"] if t["macs"] else 1.0
     lines += ["", "## Totals", "",
               f"- MACs: {t['macs']:,} ({share:.1%} on Gemmini); ideal cycles {t['ideal_cycles']:,}",
+              f"- estimated cycles {_num(t['est_cycles'])}, estimated utilization {_pct(t['utilization'])}",
+              f"- DRAM traffic {_num(t['dram_bytes'])} B (gemmini.h's tiling: {_num(t['baseline_dram_bytes'])} B)",
               f"- weights {t['weight_bytes']:,} B; activations {t['activation_bytes']:,} B",
               f"- compile time {report['timing']['total_s']:.2f} s", ""]
     return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+def _pct(value) -> str:
+    return "" if value is None else f"{value:.1%}"
