@@ -177,7 +177,26 @@ def test_diff_human_output_has_verdict():
 def test_inspect_writes_nothing(tmp_path):
     proc = run("inspect", MODEL, "--calib", CALIB, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "total:" in proc.stdout and list(tmp_path.iterdir()) == []
+    assert "tiled_conv" in proc.stdout and "estimates" in proc.stdout and list(tmp_path.iterdir()) == []
+
+
+def test_inspect_several_configs_side_by_side():
+    proc = run("inspect", MODEL, "--calib", CALIB, "--config", "default,chip,large-chip", "--json")
+    assert proc.returncode == 0, proc.stderr
+    configs = json.loads(proc.stdout)["configs"]
+    assert [c["config"] for c in configs] == ["default", "chip", "large-chip"]
+    assert configs[2]["report"]["config"]["dim"] == 32
+    for c in configs:
+        t = c["report"]["totals"]
+        assert t["dram_bytes"] <= t["baseline_dram_bytes"] and 0 < t["utilization"] <= 1
+
+
+def test_tiling_auto_keeps_gemmini_heuristic(tmp_path):
+    proc = run(MODEL, "--calib", CALIB, "-o", tmp_path / "o", "--tiling", "auto")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    calls = {r["call"] for r in report["layers"] if r["target"] == "gemmini"}
+    assert calls == {"tiled_conv_auto", "tiled_matmul_auto"}
 
 
 def test_ops_lists_registry():
