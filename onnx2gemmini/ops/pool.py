@@ -72,11 +72,18 @@ class MaxPoolHandler(_CpuPool):
 
 @handler("AveragePool", since=1)
 class AveragePoolHandler(_CpuPool):
-    gemmini = "none (Gemmini averages only globally)"
-    limits = "int8 average on the CPU, round half to even (1 LSB tolerance vs onnxruntime)"
+    gemmini = "tiled_global_average_auto when the window covers a square map without padding"
+    limits = "other windows: int8 average on the CPU, round half to even (1 LSB tolerance vs onnxruntime)"
     op = "avgpool"
     reason = "Gemmini has no windowed average pooling"
     tolerance = 1
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        p = pool_params(node)
+        h, w = node.shape(node.input("X"))[2:]
+        if p["kernel"] == [h, w] and h == w and not any(p["pads"]) and p["out"] == [1, 1]:
+            return GlobalAveragePoolHandler().lower(node, ctx)  # the whole map: Gemmini's global average
+        return super().lower(node, ctx)
 
 
 @handler("GlobalAveragePool", since=1)
