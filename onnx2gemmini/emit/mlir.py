@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..plan import Conv, Matmul, Plan, Step
 from .banner import banner_lines
 from .mlir_runtime import Arg, Array, RuntimeCall, runtime_calls
 from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, comment_text, dense, element_type, f32_attr,
-                        f32_literal, i64_attr, memref_type, shape_tag, unranked_type)
+                        f32_literal, i64_attr, literal, memref_type, shape_tag, unranked_type)
 
 ALIGN = 64
 BUDDY_BANK_NUM = 4       # Transform.h constants of buddy-mlir: changing them needs a rebuild of buddy-opt
@@ -74,6 +75,7 @@ class _Module:
         self.plan = plan
         self.decls: dict[str, tuple[str, ...]] = {}
         self.globals: dict[str, str] = {}              # symbol -> full line
+        self.global_data: dict[str, np.ndarray] = {}
         self.const_type: dict[str, tuple] = {}        # constant id -> (symbol, shape) of its global
 
     def declare(self, sym: str, types: tuple[str, ...]) -> None:
@@ -89,6 +91,9 @@ class _Module:
             comment = f"  // {comment_text(note)}" if note else ""
             self.globals[sym] = (f'memref.global "private" constant @{sym} : {memref_type(shape, elem)} = '
                                  f"{dense(data)} {{alignment = {ALIGN} : i64}}{comment}")
+            self.global_data[sym] = data
+        elif not np.array_equal(self.global_data[sym], data):
+            raise AssertionError(f"global @{sym} requested with two contents")
         return sym
 
     def text(self, command: str) -> str:
@@ -195,6 +200,12 @@ class _Forward:
             self.views[(key, gshape)] = v
         return self.reshape(key, self.views[(key, gshape)], gshape, tuple(shape), elem, sym)
 
+    def value(self, tid: str | None, shape: tuple[int, ...]) -> str:
+        """A step operand read with `shape`: a constant, an activation, or (None) a zero bias."""
+        if tid is None or tid in self.plan.constants:
+            return self.constant(tid, shape)
+        return self.tensor(tid, shape)
+
     def i64(self, value: int, hint: str) -> str:
         v = self.names.fresh(hint)
         self.emit(f"{v} = arith.constant {int(value)} : i64")
@@ -275,11 +286,11 @@ class _Forward:
             raise UnsupportedError(f"--emit mlir: matmul '{s.node}' uses row strides; tile_matmul reads dense "
                                    "rows only")
         d_shape = (1, s.J) if s.repeating_bias else (s.I, s.J)
-        a = self.tensor(s.A, (s.I, s.K))
-        b = self.constant(s.B, (s.K, s.J))
-        d = self.constant(s.D, d_shape)
+        a = self.value(s.A, (s.I, s.K))
+        b = self.value(s.B, (s.K, s.J))    # weights, or an activation (batched attention matmuls)
+        d = self.value(s.D, d_shape)
         c = self.tensor(s.C, (s.I, s.J), write=True)
-        types = (memref_type((s.I, s.K), self.elem_of(s.A)), memref_type((s.K, s.J), "i8"),
+        types = (memref_type((s.I, s.K), self.elem_of(s.A)), memref_type((s.K, s.J), self.elem_of(s.B)),
                  memref_type((s.I, s.J), self.elem_of(s.C)), memref_type(d_shape, "i32"))
         attrs = (f"accScale = {f32_attr(s.scale)}, act = {i64_attr(s.act)}, dataflow = {i64_attr(1)}, "
                  f"repeatingBias = {bool_attr(s.repeating_bias)}")
@@ -291,9 +302,9 @@ class _Forward:
         in_shape = (s.batch_size, s.in_row_dim, s.in_col_dim, s.in_channels)
         w_shape = (s.kernel_dim * s.kernel_dim * s.in_channels, s.out_channels)
         out_shape = (s.batch_size * poh * pow_, s.out_channels)
-        x = self.tensor(s.input, in_shape)
-        w = self.constant(s.weights, w_shape)
-        b = self.constant(s.bias, (s.out_channels,))
+        x = self.value(s.input, in_shape)
+        w = self.value(s.weights, w_shape)
+        b = self.value(s.bias, (s.out_channels,))
         y = self.tensor(s.output, out_shape, write=True)
         hint = self.plan.base(s.output).id
         dims = [self.i64(s.out_row_dim, f"{hint}.out_rows"), self.i64(s.out_col_dim, f"{hint}.out_cols"),
@@ -323,8 +334,7 @@ class _Forward:
                 types.append(unranked_type(param.type))
                 continue
             v = self.names.fresh(param.name)
-            literal = f32_literal(param.value) if param.type == "f32" else str(int(param.value))
-            self.emit(f"{v} = arith.constant {literal} : {param.type}")
+            self.emit(f"{v} = arith.constant {literal(param.value, param.type)} : {param.type}")
             operands.append(v)
             types.append(param.type)
         self.module.declare(call.symbol, tuple(types))
@@ -333,10 +343,10 @@ class _Forward:
     def _array(self, param: Array) -> str:
         """A constant parameter list as an unranked memref (one global per distinct list)."""
         data = np.asarray(param.values, NUMPY_TYPES[param.type])
-        if param.type == "i64":
+        if param.type == "i64" and len(param.values) <= 8:
             tag = "_".join(str(v).replace("-", "m") for v in param.values) or "empty"
         else:
-            tag = data.tobytes().hex()[:16] + f"_{len(data)}"
+            tag = hashlib.sha256(data.tobytes()).hexdigest()[:16]
         shape = (len(data),)
         sym = self.module.global_for(f"{param.type}s.{tag}", shape, param.type, data)
         v = self.names.fresh(param.name)
@@ -348,6 +358,6 @@ class _Forward:
     def _arg(self, arg: Arg, write: bool) -> tuple[str, str]:
         if arg.tensor is None:
             return self.constant(None, arg.shape, "i32"), "i32"
-        if arg.tensor in self.plan.constants:
-            return self.constant(arg.tensor, arg.shape), self.elem_of(arg.tensor)
-        return self.tensor(arg.tensor, arg.shape, write), self.elem_of(arg.tensor)
+        if write:
+            return self.tensor(arg.tensor, arg.shape, write=True), self.elem_of(arg.tensor)
+        return self.value(arg.tensor, arg.shape), self.elem_of(arg.tensor)

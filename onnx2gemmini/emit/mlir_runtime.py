@@ -7,8 +7,9 @@ length varies (a permutation) as `memref<*xi64>` / `memref<*xf32>` constants. So
 whatever the ranks and arities. Every declaration carries `llvm.emit_c_interface`: the C side implements
 `_mlir_ciface_o2g_rt_<op>` (onnx2gemmini/runtime/o2g_mlir_abi.c).
 
-A step kind or CPU op without an entry here still gets a call (see `generic_call`): its tensors in their
-plan shapes, then its parameters in a fixed generic order, so a new CpuOp op needs only its runtime
+A step kind or CPU op without an entry here still gets a call (see `generic_call`): its tensors
+(constants too) in their plan shapes, then its parameters in sorted key order, floats as lossless `f64`;
+a string parameter selects the function (`o2g_rt_<op>_<value>`). So a new CpuOp op needs only its runtime
 function (and a Python model in tests/emit/mlir_interp.py).
 """
 from __future__ import annotations
@@ -18,6 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
+from ..errors import UnsupportedError
 from ..plan import Conv, CpuOp, GlobalAverage, Plan, Quantize, Resadd, Step
 
 
@@ -34,7 +38,7 @@ class Arg:
 @dataclass(frozen=True)
 class Scalar:
     name: str
-    type: str            # "i64" | "f32"
+    type: str            # "i64" | "f32" | "f64"
     value: int | float
 
 
@@ -43,7 +47,7 @@ class Array:
     """A parameter list passed as a constant `memref<*x{type}>` (its length is the memref's size)."""
 
     name: str
-    type: str            # "i64" | "f32"
+    type: str            # "i8" | "i64" | "f64"
     values: tuple
 
 
@@ -81,43 +85,50 @@ def _ints(name: str, values) -> list[Scalar]:
     return [Scalar(f"{name}{i}", "i64", int(v)) for i, v in enumerate(values)]
 
 
-def _scalars(items) -> list["Scalar | Array"]:
-    """(name, value) pairs -> parameters: bool/int as i64, float as f32, lists as constant arrays."""
+def _number(x) -> bool:
+    return isinstance(x, (bool, int, float, np.integer, np.floating))
+
+
+def _params(items) -> list["Scalar | Array"]:
+    """(name, value) pairs -> parameters: bool/int as i64, float as f64 (lossless), lists as constant
+    arrays (i64, or f64 when any element is a float)."""
     out = []
     for name, value in items:
-        if isinstance(value, (list, tuple)):
-            if all(isinstance(v, (bool, int)) for v in value):
+        if isinstance(value, (list, tuple)) and all(_number(v) for v in value):
+            if all(isinstance(v, (bool, int, np.integer)) for v in value):
                 out.append(Array(name, "i64", tuple(int(v) for v in value)))
-            elif all(isinstance(v, (bool, int, float)) for v in value):
-                out.append(Array(name, "f32", tuple(float(v) for v in value)))
             else:
-                raise TypeError(f"parameter {name}={value!r} has no runtime ABI type")
-        elif isinstance(value, (bool, int)):
+                out.append(Array(name, "f64", tuple(float(v) for v in value)))
+        elif isinstance(value, (bool, int, np.integer)):
             out.append(Scalar(name, "i64", int(value)))
-        elif isinstance(value, float):
-            out.append(Scalar(name, "f32", value))
+        elif isinstance(value, (float, np.floating)):
+            out.append(Scalar(name, "f64", float(value)))
         else:
-            raise TypeError(f"parameter {name}={value!r} has no runtime ABI type")
+            raise UnsupportedError(f"--emit mlir: parameter {name}={value!r} has no runtime ABI type; give the "
+                                   "op an explicit ABI in emit/mlir_runtime.py")
     return out
 
 
 def _plain(plan: Plan, tid: str, name: str) -> Arg:
-    return Arg(name, tid, plan.tensors[tid].shape)
+    """A tensor or constant in its own (plan) shape."""
+    shape = plan.constants[tid].shape if tid in plan.constants else plan.tensors[tid].shape
+    return Arg(name, tid, tuple(shape))
 
 
 def generic_call(step: Step, plan: Plan) -> RuntimeCall:
-    """Tensors in plan shapes (reads, then writes); CpuOp params in sorted key order, other steps' numeric
-    fields in declaration order."""
+    """Tensors in plan shapes (reads, then writes); CpuOp params in sorted key order (string values name
+    the function), other steps' numeric fields in declaration order."""
     args = [_plain(plan, t, f"in{i}") for i, t in enumerate(step.reads())]
     args += [_plain(plan, t, f"out{i}") for i, t in enumerate(step.writes())]
     if isinstance(step, CpuOp):
-        scalars = _scalars(sorted(step.params.items()))
-        name = step.op
+        items = sorted(step.params.items())
+        name = "_".join([step.op] + [str(v) for _, v in items if isinstance(v, str)])
+        params = _params((k, v) for k, v in items if not isinstance(v, str))
     else:
-        scalars = _scalars((f.name, getattr(step, f.name)) for f in dataclasses.fields(step)
-                           if f.name != "node" and isinstance(getattr(step, f.name), (bool, int, float)))
+        params = _params((f.name, getattr(step, f.name)) for f in dataclasses.fields(step)
+                         if f.name != "node" and _number(getattr(step, f.name)))
         name = step.kind
-    return RuntimeCall(symbol(name), tuple(args), tuple(scalars))
+    return RuntimeCall(symbol(name), tuple(args), tuple(params))
 
 
 @abi("quantize")
@@ -219,3 +230,39 @@ def _softmax(step: CpuOp, plan: Plan) -> RuntimeCall:
     return RuntimeCall(symbol("softmax"), _unary(plan, step),
                        (Scalar("axis", "i64", int(p["axis"])), Scalar("in_scale", "f32", float(p["in_scale"])),
                         Scalar("out_scale", "f32", float(p["out_scale"]))))
+
+
+@abi("cpu.lut")
+def _lut(step: CpuOp, plan: Plan) -> RuntimeCall:
+    """y = table[x + 128]: the 256-entry int8 table as a constant."""
+    table = Array("table", "i8", tuple(int(v) for v in step.params["table"]))
+    return RuntimeCall(symbol("lut"), _unary(plan, step), (table,))
+
+
+@abi("cpu.binary")
+def _binary(step: CpuOp, plan: Plan) -> RuntimeCall:
+    """An elementwise op with broadcasting, `o2g_rt_binary_<fn>_<kinds>`: kinds say, per operand, q (int8
+    at its scale) or f (a float32 constant, scale 1)."""
+    p = step.params
+    kinds = "".join("f" if t in plan.constants else "q" for t in step.inputs)
+    args = tuple(_plain(plan, t, n) for t, n in zip(step.inputs, "ab")) + (_plain(plan, step.outputs[0], "y"),)
+    scales = [Scalar(f"{n}_scale", "f32", 1.0 if s is None else float(s)) for n, s in zip("ab", p["in_scales"])]
+    return RuntimeCall(symbol(f"binary_{p['fn']}_{kinds}"), args,
+                       tuple(scales) + (Scalar("out_scale", "f32", float(p["out_scale"])),
+                                        Scalar("relu", "i64", int(bool(p.get("relu", False))))))
+
+
+@abi("cpu.dwconv")
+def _dwconv(step: CpuOp, plan: Plan) -> RuntimeCall:
+    """Exact int8 depthwise conv: x NHWC, weights [KH][KW][C*multiplier], bias [C*multiplier] i32 (zeros
+    when absent), y NHWC; the output size is y's."""
+    p = step.params
+    x, w = step.inputs[:2]
+    bias = step.inputs[2] if len(step.inputs) > 2 else None
+    channels = plan.constants[w].shape[-1]
+    args = (_plain(plan, x, "x"), _plain(plan, w, "weights"), Arg("bias", bias, (channels,)),
+            _plain(plan, step.outputs[0], "y"))
+    return RuntimeCall(symbol("dwconv"), args,
+                       tuple(_window(p) + [Scalar("multiplier", "i64", int(p["multiplier"])),
+                                           Scalar("scale", "f32", float(p["scale"])),
+                                           Scalar("relu", "i64", int(bool(p["relu"])))]))

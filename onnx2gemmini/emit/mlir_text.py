@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-ELEMENT_TYPES = {"int8": "i8", "int32": "i32", "int64": "i64", "float32": "f32"}
-NUMPY_TYPES = {"i8": np.int8, "i32": np.int32, "i64": np.int64, "f32": np.float32}
+ELEMENT_TYPES = {"int8": "i8", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
+NUMPY_TYPES = {"i8": np.int8, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
 
 
 def element_type(dtype) -> str:
@@ -31,7 +31,12 @@ def f32_literal(x: float) -> str:
     The shortest repr of the float64 equal to float32(x) round-trips through the parser's float64 with
     no second rounding; MLIR's float grammar needs a '.' in the mantissa.
     """
-    v = float(np.float32(x))
+    return f64_literal(float(np.float32(x)))
+
+
+def f64_literal(x: float) -> str:
+    """A decimal literal that MLIR parses back to exactly float(x) (shortest round-trip repr)."""
+    v = float(x)
     if not np.isfinite(v):
         raise ValueError(f"non-finite f32 attribute {x!r}")
     s = repr(v)
@@ -39,6 +44,15 @@ def f32_literal(x: float) -> str:
     if "." not in mantissa:
         mantissa += ".0"
     return mantissa + (f"e{exponent}" if exponent else "")
+
+
+def literal(value, elem: str) -> str:
+    """`value` as an MLIR literal of scalar type `elem`."""
+    if elem == "f32":
+        return f32_literal(value)
+    if elem == "f64":
+        return f64_literal(value)
+    return str(int(value))
 
 
 def f32_attr(x: float) -> str:
@@ -59,7 +73,7 @@ def dense(array: np.ndarray) -> str:
     a = np.ascontiguousarray(array)
     if a.size and (a == a.reshape(-1)[0]).all():
         v = a.reshape(-1)[0]
-        return f"dense<{f32_literal(v) if a.dtype.kind == 'f' else int(v)}>"
+        return f"dense<{literal(v, element_type(a.dtype)) if a.dtype.kind == 'f' else int(v)}>"
     if a.ndim == 1 and a.size <= 8 and a.dtype == np.int64:  # shape vectors: readable
         return f"dense<[{', '.join(str(int(v)) for v in a)}]>"
     return f'dense<"0x{a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes().hex().upper()}">'

@@ -350,8 +350,13 @@ def _quantize(x, y, scale, to_nhwc):
     y[...] = (q.transpose(0, 2, 3, 1) if to_nhwc else q).reshape(y.shape)
 
 
-def _transpose(x, y, *perm):
-    y[...] = x.transpose(perm)
+def _transpose(x, y, perm):
+    y[...] = x.transpose(tuple(int(v) for v in perm))
+
+
+def _concat_into(x, y, axis, offset, in_scale, out_scale):
+    index = (slice(None),) * axis + (slice(offset, offset + x.shape[axis]),)
+    y[index] = kernels.requantize(x, in_scale, out_scale)
 
 
 def _im2col(x, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, oh, ow):
@@ -394,7 +399,47 @@ def _conv(x, w, bias, y, orow, ocol, stride, input_dilation, kernel_dilation, pa
     y[...] = kernels.conv(x, w, bias, stride, padding, k, (orow, ocol), scale, act == 1, pool).reshape(y.shape)
 
 
-RUNTIME = {"o2g_rt_quantize": _quantize, "o2g_rt_transpose": _transpose, "o2g_rt_im2col": _im2col,
+def _lut(x, y, table):
+    y[...] = np.asarray(table, np.int8)[x.astype(np.int16) + 128]
+
+
+def _binary(fn):
+    def run(a, b, y, a_scale, b_scale, out_scale, relu):
+        scales = [s if v.dtype == np.int8 else None for v, s in ((a, a_scale), (b, b_scale))]
+        y[...] = kernels.binary(fn, [a, b], scales, out_scale, bool(relu))
+    return run
+
+
+def _dwconv(x, w, bias, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, multiplier, scale, relu):
+    y[...] = kernels.depthwise_conv(x, w, bias, (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw), y.shape[1:3],
+                                    multiplier, scale, bool(relu))
+
+
+# generic calls: tensors, then the CpuOp params in sorted key order (floats as f64)
+def _affine(x, mul, add, y, axis, in_scale, out_scale):
+    y[...] = kernels.affine(x, mul, add, axis, in_scale, out_scale)
+
+
+def _lrn(x, y, alpha, axis, beta, bias, in_scale, out_scale, size):
+    y[...] = kernels.lrn(x, axis, size, alpha, beta, bias, in_scale, out_scale)
+
+
+def _gather(x, y, axis, indices, indices_shape):
+    y[...] = np.take(x, np.asarray(indices, np.int64).reshape(tuple(int(d) for d in indices_shape)), axis=axis)
+
+
+def _layernorm(x, gamma, beta, y, axis, epsilon, in_scale, out_scale):
+    y[...] = kernels.layernorm(x, gamma, beta, axis, epsilon, in_scale, out_scale)
+
+
+def _slice(x, y, axis, end, start):
+    y[...] = x[(slice(None),) * axis + (slice(start, end),)]
+
+
+RUNTIME = {"o2g_rt_lut": _lut, "o2g_rt_dwconv": _dwconv, "o2g_rt_affine": _affine, "o2g_rt_lrn": _lrn,
+           "o2g_rt_gather": _gather, "o2g_rt_layernorm": _layernorm, "o2g_rt_slice": _slice,
+           **{f"o2g_rt_binary_{fn}_{kinds}": _binary(fn) for fn in kernels.BINARY for kinds in ("qq", "qf", "fq")},
+           "o2g_rt_quantize": _quantize, "o2g_rt_transpose": _transpose, "o2g_rt_concat_into": _concat_into, "o2g_rt_im2col": _im2col,
            "o2g_rt_maxpool": _maxpool, "o2g_rt_avgpool": _avgpool, "o2g_rt_clip": _clip,
            "o2g_rt_softmax": _softmax, "o2g_rt_resadd": _resadd, "o2g_rt_global_average": _global_average,
            "o2g_rt_conv": _conv}
