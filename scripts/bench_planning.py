@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     config = load_config(args.config)
-    plan = o2g.compile(args.model, num_calib=1, config=config).plan
+    plan = o2g.compile(args.model, num_calib=1, config=config, tiling="auto").plan  # untiled: time the search
     conv_axis.cache_clear()
     conv_axis_sums.cache_clear()
     t0 = time.perf_counter()
