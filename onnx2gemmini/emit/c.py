@@ -2,8 +2,10 @@
 
 Targets gemmini.h of ucb-bar/gemmini-rocc-tests, branch dev, commit 180c468 (2023-10-07): model.c is a
 straight-line sequence of its calls (tiled_matmul_auto / tiled_matmul, tiled_conv_auto / tiled_conv,
-tiled_conv_dw_auto / tiled_conv_dw, tiled_resadd_auto, tiled_global_average_auto) with that version's
-exact signatures (spec/gemmini.md §3), one per plan step, and CPU steps calling the o2g_runtime kernels.
+tiled_resadd_auto, tiled_global_average_auto) with that version's exact signatures (spec/gemmini.md §3),
+one per plan step (explicit-tile entry points when the step carries tiles), and CPU steps calling the
+o2g_runtime kernels (emit/c_kernels.py). Depthwise convs reach the plan as the exact CPU kernel
+(ops/conv.py), so tiled_conv_dw_auto is never needed.
 
 Why it looks the way it does:
 * weights leave as binary data (weights.bin, pulled in by weights.S with .incbin, one 64-byte-aligned
@@ -26,6 +28,7 @@ from ..plan import RELU, Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Res
 from ..planner import sanitize, unique_ids
 from ..run.emulator import Emulator
 from .banner import banner_lines, safe_comment_text
+from .c_kernels import INEXACT, CpuPrinter, c_float, tolerances
 
 GEMMINI_VERSION = "ucb-bar/gemmini-rocc-tests branch dev, commit 180c468 (2023-10-07)"
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
@@ -33,9 +36,6 @@ RUNTIME_FILES = {"o2g_runtime.h": "o2g_runtime.h", "o2g_runtime.c": "o2g_runtime
                  "o2g_htif.c": "o2g_htif.c", "host/gemmini.h": "host/gemmini.h"}
 MATMUL_TILES = ("tile_I", "tile_J", "tile_K")
 CONV_TILES = ("batches", "porows", "pocols", "pochs", "krows", "kcols", "kchs")
-DW_TILES = ("batches", "porows", "pocols", "krows", "kcols")
-AVGPOOL_MAX_WINDOW = 1 << 17  # o2g_avgpool's integer rounding equals float32 division below this
-SOFTMAX_TOLERANCE_LSB = 1     # float exp and summation order differ from NumPy's
 
 
 def write_c(compiled_or_plan, out_dir: Path, command: str = "", prefix: str | None = None,
@@ -67,22 +67,13 @@ def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
     sample = {}
     for tid in plan.inputs:
         t = plan.tensors[tid]
-        q = next(s for s in plan.steps if isinstance(s, Quantize) and s.input == tid)
-        sample[t.onnx_name] = (rng.uniform(-128.0, 127.0, t.shape) * q.scale).astype(np.float32)
+        q = next((s for s in plan.steps if isinstance(s, Quantize) and s.input == tid), None)
+        scale = q.scale if q is not None else 1.0 / 32
+        sample[t.onnx_name] = (rng.uniform(-128.0, 127.0, t.shape) * scale).astype(np.float32)
     return sample
 
 
 # --- literals ------------------------------------------------------------------------------------
-
-def c_float(x: float) -> str:
-    """An exact float32 literal in hex (0x1.8p-3f): the value Gemmini and the emulator use."""
-    v = float(np.float32(x))
-    if not np.isfinite(v):
-        raise UnsupportedError(f"C back end: non-finite scale {x}")
-    mant, exp = v.hex().split("p")
-    mant = mant.rstrip("0").rstrip(".") if "." in mant else mant
-    return f"{mant}p{exp}f"
-
 
 def c_string(text: str) -> str:
     """A C string literal for any text (UTF-8 bytes, escapes; no trigraphs)."""
@@ -137,6 +128,13 @@ def incbin_source(banner: list[str], what: str, bin_name: str, table) -> str:
 C_TYPES = {"int8": "elem_t", "int32": "acc_t", "float32": "float"}
 
 
+def c_type(dtype, what: str) -> str:
+    try:
+        return C_TYPES[str(dtype)]
+    except KeyError:
+        raise UnsupportedError(f"C back end: {what} has dtype {dtype} (int8, int32 or float32 only)") from None
+
+
 class CProgram:
     """Names every buffer and prints model.h, model.c, model_config.h, weights.*, the self-test data,
     main.c, selftest.c and the Makefile for one plan."""
@@ -152,6 +150,7 @@ class CProgram:
         self.const_sym = {cid: f"{self.p}_w_{const_names[cid]}" for cid in plan.constants}
         self.input_sym = {tid: f"{self.p}_in_{tensor_names[tid]}" for tid in plan.inputs}
         self.tensor_sym = {tid: f"{self.p}_t_{tensor_names[tid]}" for tid in plan.tensors}
+        self.cpu_printer = CpuPrinter(plan, self.ptr, self.p)
 
     # -- naming ----------------------------------------------------------------------------
     def ptr(self, tid: str) -> str:
@@ -285,7 +284,7 @@ class CProgram:
         sizes = {sym: size for sym, _, size in wtable}
         for cid, array in plan.constants.items():
             sym = self.const_sym[cid]
-            ctype = C_TYPES[str(array.dtype)]
+            ctype = c_type(array.dtype, f"constant {cid}")
             lines.append(f"extern const {ctype} {sym}[{array.size}]; /* {array.dtype} {dims(array.shape)}, "
                          f"{sizes[sym]} bytes */")
         lines += ["", f"/* Activations: one static arena ({self.memory.arena_bytes} bytes; the largest set of "
@@ -295,7 +294,7 @@ class CProgram:
         for tid in plan.tensors:
             if tid in self.memory.offsets:
                 t = plan.tensors[tid]
-                ctype = C_TYPES[t.dtype]
+                ctype = c_type(t.dtype, f"tensor {tid}")
                 expr = f"({p}_arena + {self.memory.offsets[tid]})"
                 if ctype != "elem_t":
                     expr = f"(({ctype} *)(void *){expr})"
@@ -305,7 +304,10 @@ class CProgram:
         lines += ["", "/* Model inputs, float32 in ONNX layout. */"]
         for tid in plan.inputs:
             lines.append(f"static float {self.input_sym[tid]}[{self.elems(tid)}] __attribute__((aligned({ALIGN})));")
-        lines += [""] + self.tables() + [""] + self.run_function()
+        run = self.run_function()  # first: it collects the CPU kernels' constant tables
+        if self.cpu_printer.tables:
+            lines += ["", "/* Constant tables of the CPU kernels. */"] + self.cpu_printer.tables
+        lines += [""] + self.tables() + [""] + run
         return "\n".join(lines) + "\n"
 
     def tables(self) -> list[str]:
@@ -396,11 +398,10 @@ class CProgram:
 
     def conv(self, s: Conv):
         act = "RELU" if s.act == RELU else "NO_ACTIVATION"
-        depthwise = bool(getattr(s, "depthwise", False))
         pool = (f", max-pool {s.pool_size}/{s.pool_stride}/{s.pool_padding} -> {dims(s.pool_out_dims)}"
                 if s.pool_stride else "")
-        head = [f"{'depthwise ' if depthwise else ''}conv {s.kernel_dim}x{s.kernel_dim} stride {s.stride} "
-                f"padding {s.padding}: {s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{s.in_channels} (NHWC) -> "
+        head = [f"conv {s.kernel_dim}x{s.kernel_dim} stride {s.stride} padding {s.padding}: "
+                f"{s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{s.in_channels} (NHWC) -> "
                 f"{s.batch_size}x{s.out_row_dim}x{s.out_col_dim}x{s.out_channels}{pool}",
                 f"{'bias' if s.bias else 'no bias'}, {act}, scale {c_float(s.scale)} ({s.scale:.9g})"]
         bias = self.ptr(s.bias) if s.bias else "NULL"
@@ -409,24 +410,14 @@ class CProgram:
                 ("WS", "tiled_conv_type")]
         if s.tiles:
             head.append(f"tiles: {s.tiles}")
-        if depthwise:
-            args = [(f"{s.batch_size}, {s.in_row_dim}, {s.in_col_dim}, {s.in_channels}",
-                     "batch_size, in_row_dim, in_col_dim, channels"),
-                    (f"{s.out_row_dim}, {s.out_col_dim}", "out_row_dim, out_col_dim"),
-                    (f"{s.stride}, {s.padding}, {s.kernel_dim}", "stride, padding, kernel_dim")]
-            if s.tiles:
-                args.append((self.tiles(s, DW_TILES), ", ".join(DW_TILES)))
-            args.append((f"{self.ptr(s.input)}, (elem_t *){self.ptr(s.weights)}, "
-                         f"{'(acc_t *)' + bias if s.bias else bias}, {self.ptr(s.output)}",
-                         "input, weights, bias, output"))
-            return head, self.call("tiled_conv_dw" if s.tiles else "tiled_conv_dw_auto", args + tail)
         args = [(f"{s.batch_size}, {s.in_row_dim}, {s.in_col_dim}, {s.in_channels}",
                  "batch_size, in_row_dim, in_col_dim, in_channels"),
                 (f"{s.out_channels}, {s.out_row_dim}, {s.out_col_dim}", "out_channels, out_row_dim, out_col_dim"),
                 (f"{s.stride}, {s.input_dilation}, {s.kernel_dilation}, {s.padding}, {s.kernel_dim}",
                  "stride, input_dilation, kernel_dilation, padding, kernel_dim")]
         if s.tiles:
-            args.append((f"{s.in_channels}, {s.out_channels}, {s.out_channels}", "in_stride, weight_stride, out_stride"))
+            args.append((f"{s.in_channels}, {s.out_channels}, {s.out_channels}",
+                         "in_stride, weight_stride, out_stride"))
         args.append(("false, false, false, false, false",
                      "wrot180, trans_output_1203, trans_input_3120, trans_weight_1203, trans_weight_0132"))
         if s.tiles:
@@ -452,41 +443,12 @@ class CProgram:
             (f"{s.batches}, {s.channels}, {s.dim}", "batches, channels, dim"), ("WS", "type")])
 
     def cpu(self, s: CpuOp):
-        x, y = s.inputs[0], s.outputs[0]
-        shape = self.plan.tensors[x].shape
-        head = [f"CPU {s.op}: {dims(shape)} -> {dims(self.plan.tensors[y].shape)}", f"why: {s.reason}"]
-        px, py, p = self.ptr(x), self.ptr(y), s.params
-        if s.op == "transpose":
-            rank = len(shape)
-            return head, [f"o2g_transpose({px}, {py}, {rank}, (const int[]){{{', '.join(map(str, shape))}}}, "
-                          f"(const int[]){{{', '.join(str(int(v)) for v in p['perm'])}}});"]
-        if s.op == "clip":
-            return head, [f"o2g_clip({px}, {py}, {self.elems(x)}, {int(p['lo'])}, {int(p['hi'])});"]
-        if s.op == "softmax":
-            axis = int(p["axis"])
-            outer, inner = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis + 1:], dtype=np.int64))
-            head.append(f"float32 softmax over axis {axis}; within {SOFTMAX_TOLERANCE_LSB} LSB of the emulator")
-            return head, [f"o2g_softmax({px}, {py}, {outer}, {shape[axis]}, {inner}, {c_float(p['in_scale'])}, "
-                          f"{c_float(p['out_scale'])});"]
-        if s.op in ("im2col", "maxpool", "avgpool"):
-            n, h, w, c = shape
-            out = p.get("out") or self.plan.tensors[y].shape[1:3]
-            if s.op == "avgpool" and p["kernel"][0] * p["kernel"][1] >= AVGPOOL_MAX_WINDOW:
-                raise UnsupportedError(f"C back end: {s.node}: average-pool window {p['kernel']} too large "
-                                       f"for the exact int8 kernel")
-            window = self.window(p, out)
-            extra = f", {int(p.get('count_include_pad', 0))}" if s.op == "avgpool" else ""
-            return head, [f"o2g_{s.op}({px}, {py}, {n}, {h}, {w}, {c},", f"    {window}{extra});"]
-        raise UnsupportedError(f"C back end: no C kernel for CPU op '{s.op}' (node {s.node})")
-
-    @staticmethod
-    def window(p: dict, out) -> str:
-        (kh, kw), (sh, sw), (dh, dw) = p["kernel"], p["strides"], p["dilations"]
-        t, left, b, r = p["pads"]
-        return ("&(const struct o2g_window){"
-                f".kernel_rows = {kh}, .kernel_cols = {kw}, .stride_rows = {sh}, .stride_cols = {sw}, "
-                f".pad_top = {t}, .pad_left = {left}, .pad_bottom = {b}, .pad_right = {r}, "
-                f".dilation_rows = {dh}, .dilation_cols = {dw}, .out_rows = {out[0]}, .out_cols = {out[1]}}}")
+        shapes = " + ".join(dims(self.cpu_printer.shape(t)) for t in s.inputs)
+        head = [f"CPU {s.op}: {shapes} -> {dims(self.plan.tensors[s.outputs[0]].shape)}", f"why: {s.reason}"]
+        tol = INEXACT.get(s.op)
+        if tol:
+            head.append(f"float32 kernel: within {tol} LSB of the emulator")
+        return head, self.cpu_printer.print(s)
 
     # -- the self-test's embedded sample -----------------------------------------------------------------
     def selftest_blob(self, sample: dict[str, np.ndarray]):
@@ -522,24 +484,3 @@ def c_bool(v) -> str:
     return "true" if v else "false"
 
 
-MOVES = ("transpose", "clip", "maxpool", "im2col")  # CPU ops that move or select values: no new error
-
-
-def tolerances(plan: Plan) -> dict[str, int]:
-    """LSB each tensor of the C program may differ from the emulator's (0 = bit-exact), by tensor id.
-
-    Only softmax is inexact (SOFTMAX_TOLERANCE_LSB); moves and views pass a difference on unchanged;
-    arithmetic on an inexact value has no useful bound, so its result is not compared (127)."""
-    tol: dict[str, int] = {}
-    base = lambda tid: plan.base(tid).id if tid in plan.tensors else tid  # noqa: E731
-    for step in plan.steps:
-        worst = max((tol.get(base(t), 0) for t in step.reads()), default=0)
-        if isinstance(step, CpuOp) and step.op == "softmax":
-            out = max(worst, SOFTMAX_TOLERANCE_LSB)
-        elif isinstance(step, CpuOp) and step.op in MOVES:
-            out = worst
-        else:
-            out = 127 if worst else 0
-        for t in step.writes():
-            tol[base(t)] = out
-    return {tid: tol.get(base(tid), 0) for tid in plan.tensors}

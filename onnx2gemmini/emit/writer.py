@@ -15,7 +15,7 @@ import onnx
 from ..errors import OutputError, UsageError
 from .report import build_report, report_json, report_markdown
 
-EMITTERS = ("mlir", "qdq")  # extended as back ends land; see `available_emitters`
+EMITTERS = ("c", "mlir", "qdq")  # extended as back ends land; see `available_emitters`
 
 
 def available_emitters() -> tuple[str, ...]:
@@ -62,6 +62,9 @@ def write_outputs(compiled, out: Path, emit=None, force: bool = False) -> Path:
         if "qdq" in emit:
             from .qdq import build_qdq
             onnx.save(build_qdq(compiled.graph, compiled.quant, compiled.plan.model_name), tmp / "model.qdq.onnx")
+        if "c" in emit:
+            from .c import write_c
+            write_c(compiled, tmp / "c", compiled.command)
         if "mlir" in emit:
             from .mlir import write_mlir
             write_mlir(compiled.plan, tmp / "model.mlir", compiled.command)

@@ -12,6 +12,9 @@
  * Link with --specs=picolibc.specs --crt0=hosted (so main's return value
  * reaches exit) and a memory map in Spike's DRAM at 0x80000000; the
  * generated Makefile's `riscv` target does that.
+ * A trap (for example rdcycle on a Spike started with --isa=rv64gc, which
+ * lacks Zicntr) is reported and ends the run with status 2 instead of
+ * hanging at address 0.
  *
  * Written for onnx2gemmini; no code of riscv-tests or riscv-pk is used.
  */
@@ -70,4 +73,20 @@ void _exit(int code)
     o2g_htif_flush(stdout);
     for (;;)
         tohost = ((uint64_t)(uint32_t)code << 1) | 1;
+}
+
+/* Never returns, so it may clobber anything; mtvec needs 4-byte alignment. */
+static void __attribute__((aligned(4), noreturn, used)) o2g_htif_trap(void)
+{
+    uintptr_t cause, epc;
+    __asm__ __volatile__("csrr %0, mcause" : "=r"(cause));
+    __asm__ __volatile__("csrr %0, mepc" : "=r"(epc));
+    printf("trap: mcause %lu at pc 0x%lx (an instruction this ISA lacks? run spike with the default ISA)\n",
+           (unsigned long)cause, (unsigned long)epc);
+    _exit(2);
+}
+
+static void __attribute__((constructor)) o2g_htif_init(void)
+{
+    __asm__ __volatile__("csrw mtvec, %0" : : "r"(o2g_htif_trap));
 }

@@ -8,9 +8,12 @@
  * rounding is explicit integer code and no division is rewritten into a
  * multiplication by a reciprocal.
  *
- * Exactness: every int8 kernel and o2g_quantize are exact. o2g_softmax is a
- * float32 kernel whose exp and summation order differ from NumPy's, so its
- * int8 result may differ from the emulator by at most 1 LSB.
+ * Exactness: the int8 kernels, o2g_quantize and the float kernels made of
+ * +, -, *, / (binary, affine, concat's requantization) are exact: each float
+ * operation is rounded separately, as NumPy does (volatile temporaries keep
+ * the compiler from fusing a*b+c into an FMA). Softmax, LRN and LayerNorm
+ * call expf/powf/sqrtf and sum in NumPy's order as far as it is known; their
+ * int8 results may differ from the emulator by at most 1 LSB.
  *
  * Layouts: 4-D activations are NHWC int8 (Gemmini's layout), the model's
  * float inputs are in ONNX layout (NCHW for images).
@@ -70,5 +73,58 @@ void o2g_clip(const int8_t *x, int8_t *y, size_t count, int lo, int hi);
  * quantize with out_scale. Within 1 LSB of the emulator (see above). */
 void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                  float in_scale, float out_scale);
+
+/* int8 data movement on x viewed as [outer][axis_len][inner] (exact). */
+/* y[o][k][i] = x[o][indices[k]][i], k < count (ONNX Gather with constant indices) */
+void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
+                const int64_t *indices, size_t count);
+/* y = x[:, start:end, :] */
+void o2g_slice(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
+               size_t start, size_t end);
+/* One input of a concatenation: x [outer][part_len][inner] goes to y [outer][total_len][inner] at
+ * offset `offset` along the axis, requantized (x * in_scale / out_scale, float32, round half to
+ * even, saturate) when the scales differ. */
+void o2g_concat_part(const int8_t *x, int8_t *y, size_t outer, size_t part_len, size_t inner,
+                     size_t total_len, size_t offset, float in_scale, float out_scale);
+
+/* y = table[x + 128]: a quantized activation function (exact). */
+void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table);
+
+/* Elementwise float32 op with NumPy broadcasting: each operand is int8 (dequantized with its scale)
+ * or float32 (a constant); strides are in elements per output dimension (0 = broadcast). NaN
+ * becomes 0 and +-inf +-3e38 before quantizing with out_scale (then ReLU when relu). Exact. */
+enum o2g_binary_fn { O2G_ADD, O2G_SUB, O2G_MUL, O2G_DIV, O2G_MAX, O2G_MIN };
+struct o2g_operand {
+    const void *data;
+    int is_float;        /* 1: float32 data; 0: int8 data at `scale` */
+    float scale;
+    const int *strides;  /* one per output dimension */
+};
+void o2g_binary(int fn, const struct o2g_operand *a, const struct o2g_operand *b, int8_t *y,
+                int rank, const int *shape, float out_scale, int relu);
+
+/* Exact int8 depthwise conv: NHWC x, weights [KH][KW][C*multiplier], int32 bias (or NULL); output
+ * channel k reads input channel k / multiplier; the int32 sum is read out like Gemmini's
+ * accumulator (float32 * scale, round half to even, saturate, then ReLU). */
+void o2g_dwconv(const int8_t *x, const int8_t *weights, const int32_t *bias, int8_t *y,
+                int batches, int rows, int cols, int channels, const struct o2g_window *w,
+                int multiplier, float scale, int relu);
+
+/* Per-channel y = (x * in_scale) * mul[c] + add[c] in float32, quantized with out_scale; x viewed as
+ * [outer][channels][inner] (a standalone BatchNormalization). Exact. */
+void o2g_affine(const int8_t *x, const float *mul, const float *add, int8_t *y, size_t outer,
+                size_t channels, size_t inner, float in_scale, float out_scale);
+
+/* ONNX LRN across the channels of x viewed as [outer][channels][inner], in float32: window sums
+ * as differences of a running sum (as the emulator computes them), then
+ * v / powf(bias + alpha_over_size * sum, beta). Within 1 LSB of the emulator (powf). */
+void o2g_lrn(const int8_t *x, int8_t *y, size_t outer, size_t channels, size_t inner, int size,
+             float alpha_over_size, float beta, float bias, float in_scale, float out_scale);
+
+/* ONNX LayerNormalization over the last `norm_size` values of each of `outer` rows, in float32
+ * (means summed in NumPy's pairwise order): ((v - mean) / sqrtf(var + epsilon)) * gamma + beta.
+ * Within 1 LSB of the emulator. */
+void o2g_layernorm(const int8_t *x, const float *gamma, const float *beta, int8_t *y, size_t outer,
+                   size_t norm_size, float epsilon, float in_scale, float out_scale);
 
 #endif /* O2G_RUNTIME_H */

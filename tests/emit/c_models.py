@@ -1,0 +1,164 @@
+"""Small models for the C back end's tests: every plan step kind and every CPU op the emitter prints.
+
+Builders are table-driven (one ONNX node on a model input, or after a conv so it reads NHWC Gemmini
+output); the conv, grouped-conv and squeeze-excite builders of the op tests are reused.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from tests.helpers import infer_outputs, rng
+from tests.ops.test_conv import conv_model, grouped_model
+from tests.ops.test_unary_binary import se_block
+
+
+def single(op, shape=(1, 4, 6, 6), inits=None, extra_inputs=(), **attrs):
+    """One `op` node on input x (plus constant inputs `extra_inputs` from `inits`)."""
+    node = helper.make_node(op, ["x", *extra_inputs], ["y"], name=op.lower(), **attrs)
+    return infer_outputs([node], {"x": list(shape)}, inits or {})
+
+
+def after_conv(op, extra_inputs=(), inits=None, **attrs):
+    """conv(+relu) -> op: the op reads NHWC int8 written by Gemmini."""
+    model = conv_model(c=3, h=8, w=8, oc=6, post=("relu",))
+    nodes = list(model.graph.node)
+    nodes[-1].output[0] = "r"
+    node = helper.make_node(op, ["r", *extra_inputs], ["y"], name=op.lower(), **attrs)
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    return infer_outputs(nodes + [node], {"x": [1, 3, 8, 8]}, {**consts, **(inits or {})})
+
+
+def chain(nodes, inputs, inits, outputs=("y",)):
+    return infer_outputs([helper.make_node(op, i, o, name=o[0], **a) for op, i, o, a in nodes], inputs, inits,
+                         outputs=outputs)
+
+
+def weights(seed, *shape, std=0.3):
+    return rng(seed).normal(0, std, shape).astype(np.float32)
+
+
+def gemm(trans_b=1, relu=False, bias=True):
+    inits = {"B": weights(1, 12, 20) if trans_b else weights(1, 20, 12), "C": weights(2, 12)}
+    nodes = [("Gemm", ["a", "B", "C"] if bias else ["a", "B"], ["g"], {"transB": trans_b}),
+             ("Relu" if relu else "Identity", ["g"], ["y"], {})]
+    return chain(nodes, {"a": [3, 20]}, inits)
+
+
+def matmul_bias():
+    return chain([("MatMul", ["a", "B"], ["m"], {}), ("Add", ["m", "C"], ["y"], {})], {"a": [2, 3, 16]},
+                 {"B": weights(3, 16, 8), "C": weights(4, 8)})
+
+
+def resadd(op="Add", relu=True):
+    nodes = [("Conv", ["x", "W1"], ["c1"], {"pads": [1, 1, 1, 1]}), ("Conv", ["x", "W2"], ["c2"], {}),
+             (op, ["c1", "c2"], ["s" if relu else "y"], {})] + ([("Relu", ["s"], ["y"], {})] if relu else [])
+    return chain(nodes, {"x": [1, 8, 6, 6]}, {"W1": weights(5, 8, 8, 3, 3), "W2": weights(6, 8, 8, 1, 1)})
+
+
+def attention():
+    """q k^T v with activation x activation matmuls (batched: CPU slices, one Gemmini call per batch)."""
+    nodes = [("MatMul", ["x", "Wq"], ["q"], {}), ("MatMul", ["x", "Wk"], ["k"], {}),
+             ("Transpose", ["k"], ["kt"], {"perm": [0, 2, 1]}), ("MatMul", ["q", "kt"], ["s"], {}),
+             ("Softmax", ["s"], ["p"], {"axis": -1}), ("MatMul", ["p", "x"], ["y"], {})]
+    return chain(nodes, {"x": [2, 5, 8]}, {"Wq": weights(7, 8, 8), "Wk": weights(8, 8, 8)})
+
+
+def transformer_bits():
+    """Gather with constant indices, LayerNormalization, a broadcasting Add of two activations."""
+    nodes = [("Gather", ["x", "i"], ["g"], {"axis": 1}),
+             ("LayerNormalization", ["g", "gamma", "beta"], ["n"], {"axis": -1}),
+             ("Add", ["n", "r"], ["y"], {})]
+    inits = {"i": np.asarray([[2, 0], [1, -1]], np.int64), "gamma": rng(9).uniform(0.5, 1.5, 6).astype(np.float32),
+             "beta": weights(10, 6, std=0.2)}
+    return infer_outputs([helper.make_node(op, i, o, name=o[0], **a) for op, i, o, a in nodes],
+                         {"x": [2, 5, 6], "r": [1, 1, 6]}, inits)
+
+
+def concat(requantized=False):
+    nodes = [("Conv", ["x", "W1"], ["c1"], {"pads": [1, 1, 1, 1]}), ("Conv", ["x", "W2"], ["c2"], {})]
+    inits = {"W1": weights(11, 4, 3, 3, 3), "W2": weights(12, 5, 3, 1, 1)}
+    second = "c2"
+    if requantized:
+        inits.update(lo=np.float32(0), hi=np.float32(6))
+        nodes.append(("Clip", ["c2", "lo", "hi"], ["c3"], {}))
+        second = "c3"
+    nodes.append(("Concat", ["c1", second], ["y"], {"axis": 1}))
+    return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
+
+
+def depthwise(multiplier=1):
+    c = 4
+    return chain([("Conv", ["x", "W", "B"], ["c"], {"group": c, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+                  ("Relu", ["c"], ["y"], {})], {"x": [1, c, 7, 7]},
+                 {"W": weights(13, c * multiplier, 1, 3, 3, std=0.4), "B": weights(14, c * multiplier, std=0.2)})
+
+
+def two_in_three_out():
+    nodes = [("Conv", ["x", "W"], ["y1"], {"pads": [1, 1, 1, 1]}), ("MatMul", ["a", "B"], ["y2"], {}),
+             ("Identity", ["y2"], ["y3"], {})]
+    return chain(nodes, {"x": [1, 2, 5, 5], "a": [3, 10]}, {"W": weights(15, 4, 2, 3, 3), "B": weights(16, 10, 5)},
+                 outputs=("y1", "y2", "y3"))
+
+
+def unary_consts(op):
+    if op == "Clip":
+        return {"lo": np.float32(-0.25), "hi": np.float32(0.5)}, ("lo", "hi")
+    if op == "Reshape":
+        return {"s": np.asarray([1, -1, 6], np.int64)}, ("s",)
+    return {}, ()
+
+
+def unary(op, shape=(1, 4, 6, 6), **attrs):
+    inits, extra = unary_consts(op)
+    return single(op, shape, inits, extra, **attrs)
+
+
+BN = {"s": rng(17).uniform(0.5, 1.5, 3).astype(np.float32), "b": weights(18, 3, std=0.2),
+      "m": weights(19, 3, std=0.2), "v": rng(20).uniform(0.5, 1.5, 3).astype(np.float32)}
+
+# name -> builder; together they cover every plan step kind and CPU op the C back end prints
+MODELS = {
+    "conv3x3": lambda: conv_model(),
+    "conv3x3_stride2_batch2_nobias": lambda: conv_model(n=2, strides=(2, 2), bias=False),
+    "conv1x1_matmul": lambda: conv_model(k=(1, 1), pads=(0,) * 4, oc=20, c=24),
+    "conv_im2col_nonsquare": lambda: conv_model(k=(1, 3), pads=(0, 1, 0, 1)),
+    "conv_im2col_pool": lambda: conv_model(k=(3, 1), pads=(1, 0, 1, 0), h=8, w=8, post=("relu", "maxpool2_2_0")),
+    "conv_relu": lambda: conv_model(post=("relu",)),
+    "conv_relu6": lambda: conv_model(post=("relu6",)),
+    "conv_relu_pool3_pad1": lambda: conv_model(h=9, w=9, post=("relu", "maxpool3_2_1")),
+    "gemm_transB": lambda: gemm(),
+    "gemm_relu_nobias": lambda: gemm(trans_b=0, relu=True, bias=False),
+    "matmul_bias_3d": matmul_bias,
+    "add_resadd_relu": lambda: resadd(),
+    "sum_resadd": lambda: resadd("Sum", relu=False),
+    "maxpool_standalone": lambda: unary("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "maxpool_after_conv": lambda: after_conv("MaxPool", kernel_shape=[4, 4], strides=[2, 2]),
+    "averagepool": lambda: unary("AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "averagepool_count_pad": lambda: after_conv("AveragePool", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                                count_include_pad=1),
+    "global_average_square": lambda: after_conv("GlobalAveragePool"),
+    "global_average_rect": lambda: unary("GlobalAveragePool", shape=(2, 3, 4, 6)),
+    "relu_standalone": lambda: unary("Relu"),
+    "clip_standalone": lambda: unary("Clip"),
+    "flatten_after_conv": lambda: after_conv("Flatten"),
+    "reshape": lambda: unary("Reshape"),
+    "transpose_3d": lambda: unary("Transpose", shape=(2, 3, 4), perm=[2, 0, 1]),
+    "softmax": lambda: chain([("MatMul", ["a", "B"], ["m"], {}), ("Softmax", ["m"], ["y"], {"axis": -1})],
+                             {"a": [2, 12]}, {"B": weights(21, 12, 7, std=0.5)}),
+    "softmax_axis1_4d": lambda: unary("Softmax", shape=(1, 5, 3, 2), axis=1),
+    "concat_channels": lambda: concat(),
+    "concat_requantized": lambda: concat(requantized=True),
+    "depthwise_relu": lambda: depthwise(),
+    "depthwise_multiplier2": lambda: depthwise(2),
+    "grouped_conv": lambda: grouped_model(),
+    "squeeze_excite_lut_binary": lambda: se_block(),
+    "div_by_constant": lambda: single("Div", (1, 3, 4, 4), {"k": rng(22).uniform(0.5, 2, (1, 3, 1, 1))
+                                                             .astype(np.float32)}, ("k",)),
+    "batchnorm_affine": lambda: single("BatchNormalization", (1, 3, 4, 4), BN, ("s", "b", "m", "v")),
+    "lrn": lambda: unary("LRN", size=3, alpha=1e-3, beta=0.75, bias=1.5),
+    "attention_matmuls": attention,
+    "gather_layernorm_broadcast_add": transformer_bits,
+    "two_inputs_three_outputs": two_in_three_out,
+}
