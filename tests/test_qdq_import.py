@@ -40,26 +40,25 @@ def int8_outputs(compiled, n=100):
     return np.stack([compiled.run_int8({"input": x[i:i + 1]})["logits"] for i in range(n)])
 
 
-def test_onnxruntime_qdq_model_is_compiled_bit_exact(tmp_path):
-    path = ort_quantized(tmp_path)
+def assert_bit_exact_with_onnxruntime(path, n=100):
+    """Our int8 outputs equal onnxruntime's run of the user's quantized model, sample by sample."""
     compiled = o2g.compile(path)
     assert compiled.quant.method == "from the model" and not compiled.warnings
     scale = compiled.plan.tensors[compiled.plan.outputs[0]].scale
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    x = np.load(ROOT / "digits_eval.npz")["input"][:100]
-    ref = np.stack([np.rint(sess.run(None, {"input": x[i:i + 1]})[0] / np.float32(scale)) for i in range(100)])
-    np.testing.assert_array_equal(int8_outputs(compiled), ref.astype(np.int8))
+    x = np.load(ROOT / "digits_eval.npz")["input"][:n]
+    ref = np.stack([np.rint(sess.run(None, {"input": x[i:i + 1]})[0] / np.float32(scale)) for i in range(n)])
+    np.testing.assert_array_equal(int8_outputs(compiled, n), ref.astype(np.int8))
+
+
+def test_onnxruntime_qdq_model_is_compiled_bit_exact(tmp_path):
+    assert_bit_exact_with_onnxruntime(ort_quantized(tmp_path))
 
 
 def test_qoperator_model_is_compiled_bit_exact(tmp_path):
     path = ort_quantized(tmp_path, quant_format=QuantFormat.QOperator)
     assert any(n.op_type == "QLinearConv" for n in onnx.load(path).graph.node)
-    compiled = o2g.compile(path)
-    scale = compiled.plan.tensors[compiled.plan.outputs[0]].scale
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    x = np.load(ROOT / "digits_eval.npz")["input"][:100]
-    ref = np.stack([np.rint(sess.run(None, {"input": x[i:i + 1]})[0] / np.float32(scale)) for i in range(100)])
-    np.testing.assert_array_equal(int8_outputs(compiled), ref.astype(np.int8))
+    assert_bit_exact_with_onnxruntime(path)
 
 
 def test_our_own_qdq_model_round_trips(tmp_path):
