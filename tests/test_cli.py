@@ -37,8 +37,9 @@ def test_compile_bundled_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout
     report = json.loads((out / "report.json").read_text())
-    for key in ("model", "config", "quantization", "layers", "totals", "timing"):
+    for key in ("model", "config", "quantization", "layers", "totals", "timing", "memory"):
         assert key in report
+    assert report["memory"]["arena_bytes"] <= 1.1 * report["memory"]["lower_bound_bytes"]
     for key in ("path", "sha256", "inputs", "outputs"):
         assert key in report["model"]
     for layer in report["layers"]:

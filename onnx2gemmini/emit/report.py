@@ -6,6 +6,7 @@ import json
 import numpy as np
 
 from ..plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
+from ..memory import plan_memory
 from ..tiling import cost_callback
 from ..version import __version__
 
@@ -108,6 +109,7 @@ def build_report(compiled, timing: dict) -> dict:
         "passes": compiled.changes,
         "warnings": compiled.warnings,
         "layers": rows,
+        "memory": plan_memory(plan).to_dict(),
         "cpu_steps": [f"cpu: {r['name']}: {r['call'][4:]}: {r['reason']}" for r in rows if r["target"] == "cpu"],
         "totals": {
             "macs": macs, "macs_on_gemmini": macs_gemmini, "ideal_cycles": ideal, "est_cycles": est,
@@ -157,7 +159,8 @@ def report_markdown(report: dict) -> str:
               f"- MACs: {t['macs']:,} ({share:.1%} on Gemmini); ideal cycles {t['ideal_cycles']:,}",
               f"- estimated cycles {_num(t['est_cycles'])}, estimated utilization {_pct(t['utilization'])}",
               f"- DRAM traffic {_num(t['dram_bytes'])} B (gemmini.h's tiling: {_num(t['baseline_dram_bytes'])} B)",
-              f"- weights {t['weight_bytes']:,} B; activations {t['activation_bytes']:,} B",
+              f"- weights {t['weight_bytes']:,} B; activations {t['activation_bytes']:,} B in a static arena of "
+              f"{report['memory']['arena_bytes']:,} B (lower bound {report['memory']['lower_bound_bytes']:,} B)",
               f"- compile time {report['timing']['total_s']:.2f} s", ""]
     return "\n".join(lines)
 
