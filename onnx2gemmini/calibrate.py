@@ -96,3 +96,19 @@ def _mse(hist: np.ndarray, amax: float) -> float:
         if err < best_err:
             best, best_err = t, err
     return best
+
+
+def channel_means(model: onnx.ModelProto, data: Dataset, tensors: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Per-channel means of `tensors` over the data, along axis 1 ("axis1": conv inputs) and along the last
+    axis ("last": matmul inputs). Bias correction uses them to cancel the mean error of int8 weights."""
+    tensors = list(dict.fromkeys(tensors))
+    sums: dict[str, dict[str, np.ndarray]] = {}
+    for values in run_float(model, data, tensors):
+        for t, v in values.items():
+            v = v.astype(np.float64)
+            entry = sums.setdefault(t, {"axis1": 0.0, "last": 0.0})
+            if v.ndim >= 2:
+                entry["axis1"] = entry["axis1"] + v.mean(axis=tuple(a for a in range(v.ndim) if a != 1))
+            entry["last"] = entry["last"] + v.reshape(-1, v.shape[-1]).mean(axis=0)
+    n = data.num_samples
+    return {t: {k: np.asarray(s) / n for k, s in entry.items()} for t, entry in sums.items()}

@@ -40,7 +40,10 @@ def _common(f):
                      help="Fix a dynamic input dimension (repeatable)."),
         click.option("--tiling", type=click.Choice(["search", "auto"]), default="search", show_default=True,
                      help="search: choose every matmul/conv tile (explicit-tile calls); auto: gemmini.h's *_auto."),
-        click.option("--equalize", is_flag=True, help="Cross-layer equalization before quantization."),
+        click.option("--equalize/--no-equalize", default=True, show_default=True,
+                     help="Cross-layer equalization of conv -> ReLU -> conv pairs before quantization."),
+        click.option("--bias-correction/--no-bias-correction", default=True, show_default=True,
+                     help="Correct biases for the mean error of int8 weights (uses the calibration data)."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable summary on stdout."),
         click.option("-v", "--verbose", count=True, help="More output."),
         click.option("-q", "--quiet", is_flag=True, help="Less output."),
@@ -88,8 +91,8 @@ def cli():
               help="Output directory (default ./<model stem>_gemmini); refused if non-empty unless --force.")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
-def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, as_json, verbose,
-                quiet, debug, output, force, emit):
+def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
+                as_json, verbose, quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
     from .emit.writer import check_output_dir, parse_emit
@@ -99,7 +102,8 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
     emit_set = parse_emit(emit)
     check_output_dir(out, force)
     compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                             calib_method=calib_method, command=_command_line(), tiling=tiling, equalize=equalize)
+                             calib_method=calib_method, command=_command_line(), tiling=tiling, equalize=equalize,
+                             bias_correction=bias_correction)
     for w in compiled.warnings:
         log.warning(w)
     for change in compiled.changes:
@@ -126,14 +130,15 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
 @click.option("--data", type=click.Path(path_type=Path),
               help="Evaluation data; with a `labels` array, accuracy is reported. Default: the calibration data.")
 @click.option("--num-samples", type=click.IntRange(min=1), help="Compare at most N samples.")
-def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, as_json, verbose, quiet,
-             debug, data, num_samples):
+def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction, as_json,
+             verbose, quiet, debug, data, num_samples):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
 
     _setup_logging(verbose, quiet)
     result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                 calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling)
+                 calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
+                 bias_correction=bias_correction)
     if as_json:
         _emit_json(result)
     elif not quiet:
@@ -170,8 +175,8 @@ def format_diff(result: dict) -> str:
 
 @cli.command("inspect")
 @_common
-def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, as_json, verbose,
-                quiet, debug):
+def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
+                as_json, verbose, quiet, debug):
     """Plan MODEL and print the per-layer table and totals; writes no code.
 
     --config A,B,... plans the model on several configurations side by side.
@@ -185,7 +190,7 @@ def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
     for name in names:
         compiled = compile_model(model, calib=calib, config=name, input_shape=input_shape, num_calib=num_calib,
                                  calib_method=calib_method, command=_command_line(), tiling=tiling,
-                                 equalize=equalize)
+                                 equalize=equalize, bias_correction=bias_correction)
         reports.append(build_report(compiled, compiled.timing))
         plans.append(compiled.plan.to_dict())
     if as_json:

@@ -113,8 +113,22 @@ def _propagate_fixed(graph: Graph, order, handlers) -> dict[str, float]:
     return fixed
 
 
-def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int) -> QuantTable:
-    """Assign a scale to every activation and quantize every node's weights, in graph order."""
+def corrected_bias(w: np.ndarray, b: np.ndarray | None, wq: WeightQuant, shift_of) -> np.ndarray | None:
+    """Bias correction (Nagel et al. 2019, empirical): subtract the mean output error of the int8 weights."""
+    error = wq.q.astype(np.float64) * np.float64(np.float32(wq.scale)) - w.astype(np.float64)
+    shift = shift_of(error)
+    if shift is None:
+        return b
+    return ((0.0 if b is None else b.astype(np.float64)) - shift).astype(np.float32)
+
+
+def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int,
+                means: dict | None = None) -> QuantTable:
+    """Assign a scale to every activation and quantize every node's weights, in graph order.
+
+    With `means` (per-channel input means from calibration) biases are corrected for the mean error
+    of the int8 weights, except where a pre-quantized model fixes the weights.
+    """
     from .ops.registry import lookup  # handlers depend on this module
 
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
@@ -151,6 +165,11 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         float_w = handler.float_weights(NodeView(node, graph))
         if float_w is not None:
             w, b = float_w
-            fixed_w = graph.fixed_weight_scales.get(handler.weight_input(NodeView(node, graph)) or "")
-            weights[node.name] = quantize_weights(w, b, scales[activations[0]], fixed_w)
+            view = NodeView(node, graph)
+            fixed_w = graph.fixed_weight_scales.get(handler.weight_input(view) or "")
+            wq = quantize_weights(w, b, scales[activations[0]], fixed_w)
+            if means and fixed_w is None and activations[0] in means:
+                b = corrected_bias(w, b, wq, lambda e: handler.output_shift(view, e, means[activations[0]]))
+                wq = quantize_weights(w, b, scales[activations[0]], wq.scale)
+            weights[node.name] = wq
     return QuantTable(scales, weights, dict(amax), method, num_samples)

@@ -2,7 +2,8 @@
 
 Trains a small MobileNetV2-style net on scikit-learn's digits (deterministic, seconds on a CPU; needs the
 `models` extra: torch and scikit-learn), then compiles it with every range estimator, with and without
-cross-layer equalization, and reports int8 accuracy against fp32 and the output SQNR.
+cross-layer equalization and with and without bias correction, and reports int8 accuracy against
+fp32 and the output SQNR.
 
     python scripts/bench_quantization.py
 """
@@ -59,15 +60,18 @@ def main() -> None:
                           input_names=["input"], output_names=["logits"])
         calib_set = Dataset({"input": calib[:, None]}, None, "train split")  # samples shaped like the input
         test_set = Dataset({"input": x_test[:, None]}, y_test, "test split")
-        print(f"{'estimator':10} {'CLE':4} {'fp32 acc':>9} {'int8 acc':>9} {'SQNR dB':>8} {'max LSB vs QDQ':>15}")
+        print(f"{'estimator':10} {'CLE':4} {'bias c.':7} {'fp32 acc':>9} {'int8 acc':>9} {'SQNR dB':>8} "
+              f"{'max LSB vs QDQ':>15}")
         for method in ("minmax", "percentile", "mse"):
             for cle in (False, True):
-                compiled = o2g.compile(path, calib=calib_set, calib_method=method, equalize=cle)
-                r = run_diff(compiled, test_set)
-                out = r["outputs"]["logits"]
-                print(f"{method:10} {'yes' if cle else 'no':4} {r['accuracy']['fp32']:9.2%} "
-                      f"{r['accuracy']['int8']:9.2%} {out['fp32_vs_int8']['sqnr_db']:8.2f} "
-                      f"{out['int8_vs_ort_qdq']['max_lsb']:15}")
+                for bc in (False, True):
+                    compiled = o2g.compile(path, calib=calib_set, calib_method=method, equalize=cle,
+                                           bias_correction=bc)
+                    r = run_diff(compiled, test_set)
+                    out = r["outputs"]["logits"]
+                    print(f"{method:10} {'yes' if cle else 'no':4} {'yes' if bc else 'no':7} "
+                          f"{r['accuracy']['fp32']:9.2%} {r['accuracy']['int8']:9.2%} "
+                          f"{out['fp32_vs_int8']['sqnr_db']:8.2f} {out['int8_vs_ort_qdq']['max_lsb']:15}")
 
 
 if __name__ == "__main__":

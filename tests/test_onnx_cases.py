@@ -18,7 +18,8 @@ from onnx2gemmini.compare import run_diff
 from onnx2gemmini.metrics import cosine
 
 OPS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Clip", "Flatten",
-       "Reshape", "Softmax", "Add", "Sum", "Identity", "Dropout"}
+       "Reshape", "Softmax", "Add", "Sum", "Identity", "Dropout", "Slice", "Pad", "Resize", "PRelu",
+       "ConvTranspose"}
 ACTIVATION_INPUTS = {"Add": 2, "Sum": 2}
 MAX_ORT_OPSET = 25  # onnxruntime 1.32 runs up to this opset
 
@@ -124,7 +125,24 @@ REFUSED = {
     "test_matmul_3d": "batched right operand", "test_matmul_4d": "batched right operand",
     "test_matmul_bcast": "batched right operand", "test_matmul_1d_3d": "vector operand",
     "test_matmul_4d_1d": "vector operand", "test_matmul_1d_1d": "vector operand",
-    "test_reshape_allowzero_reordered": "empty tensor",
+    "test_reshape_allowzero_reordered": "empty tensor", "test_slice_start_out_of_bounds": "empty tensor",
+    "test_convtranspose_1d": "1-D", "test_convtranspose_3d": "3-D",
+    "test_convtranspose_autopad_same": "auto_pad SAME_UPPER", "test_convtranspose_output_shape": "output_shape",
+    "test_convtranspose_kernel_shape": "output_shape", "test_convtranspose_group_2": "group 2",
+    "test_convtranspose_group_2_image_3": "group 2",
+    **{f"test_resize_{n}": "linear/cubic modes (only nearest)" for n in (
+        "downsample_scales_cubic", "downsample_scales_cubic_A_n0p5_exclude_outside",
+        "downsample_scales_cubic_align_corners", "downsample_scales_cubic_antialias", "downsample_scales_linear",
+        "downsample_scales_linear_align_corners", "downsample_scales_linear_antialias",
+        "downsample_scales_linear_half_pixel_symmetric", "downsample_sizes_cubic", "downsample_sizes_cubic_antialias",
+        "downsample_sizes_linear_antialias", "downsample_sizes_linear_pytorch_half_pixel", "upsample_scales_cubic",
+        "upsample_scales_cubic_A_n0p5_exclude_outside", "upsample_scales_cubic_align_corners",
+        "upsample_scales_cubic_asymmetric", "upsample_scales_linear", "upsample_scales_linear_align_corners",
+        "upsample_scales_linear_half_pixel_symmetric", "upsample_sizes_cubic", "tf_crop_and_resize",
+        "tf_crop_and_resize_axes_2_3", "tf_crop_and_resize_axes_3_2", "tf_crop_and_resize_extrapolation_value")},
+    **{f"test_resize_{n}": "keep_aspect_ratio_policy" for n in (
+        "downsample_sizes_nearest_not_larger", "downsample_sizes_nearest_not_smaller",
+        "upsample_sizes_nearest_not_larger", "upsample_sizes_nearest_not_smaller")},
 }
 
 # Cases whose values no single int8 scale can represent (still checked bit for bit against onnxruntime).

@@ -106,13 +106,15 @@ class _Builder:
     def lower(self, node: Node) -> None:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
         raw = f"{out}__raw"
-        if op == "Conv":
+        if op in ("Conv", "ConvTranspose"):
             conv_in = [ins[0], self.weights(node, 1, "W")]
             bias = self.weights(node, 2, "B")
             conv_in += [bias] if bias else []
-            attrs = {k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group",
-                                                                  "kernel_shape", "pads", "strides")}
-            self.node("Conv", conv_in, [raw], name=node.name, **attrs)
+            keep = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+            if op == "ConvTranspose":
+                keep += ("output_padding", "output_shape")
+            attrs = {k: v for k, v in node.attrs.items() if k in keep and not (k == "output_shape" and not v)}
+            self.node(op, conv_in, [raw], name=node.name, **attrs)
             self.activation_chain(node, raw)
         elif op in ("Gemm", "MatMul") and self.quant is None:
             attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "beta", "transA", "transB")}

@@ -10,7 +10,8 @@ from .common import to_plain
 from .context import LowerContext
 from .registry import Lowered
 
-NAMES = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+NAMES = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
+         "PRelu": "prelu"}
 
 
 def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:

@@ -39,6 +39,20 @@ def geometry(node: NodeView) -> dict:
             "pads": [pads[0], pads[1], pads[2], pads[3]]}
 
 
+def weight_reasons(node: NodeView, what: str) -> list[str]:
+    """Conv and ConvTranspose: 2-D only, constant weights and bias."""
+    reasons = []
+    rank = len(node.shape(node.input("X")))
+    if rank != 4:
+        reasons.append(f"only 2-D {what} (input rank {rank})")
+    if not node.is_const(node.input("W")):
+        reasons.append("weights are not constant")
+    b = node.input("B")
+    if b is not None and not node.is_const(b):
+        reasons.append("bias is not constant")
+    return reasons
+
+
 def direct_conv_reasons(g: dict, fused_pool: bool) -> list[str]:
     """Why tiled_conv cannot take this geometry (empty: it can)."""
     reasons = []
@@ -65,19 +79,19 @@ class ConvHandler(Handler):
               "tiled_matmul_auto; depthwise convs run as an exact int8 kernel on the CPU")
 
     def check(self, node, ctx):
-        reasons = []
-        x = node.input("X")
-        if len(node.shape(x)) != 4:
-            reasons.append(f"only 2-D convolutions (input rank {len(node.shape(x))})")
-        if not node.is_const(node.input("W")):
-            reasons.append("weights are not constant")
-        b = node.input("B")
-        if b is not None and not node.is_const(b):
-            reasons.append("bias is not constant")
-        return reasons
+        return weight_reasons(node, "convolutions")
 
     def weight_input(self, node):
         return node.input("W")
+
+    def output_shift(self, node, weight_error, input_means):
+        """sum over kernel and group channels of dW * E[x_channel] (zero padding ignored)."""
+        mean = np.asarray(input_means["axis1"], np.float64)
+        oc, icg = weight_error.shape[:2]
+        groups = node.attr("group", 1)
+        per_group = mean.reshape(groups, icg)
+        dw = weight_error.sum(axis=(2, 3)).reshape(groups, oc // groups, icg)
+        return np.einsum("goi,gi->go", dw, per_group).reshape(oc)
 
     def float_weights(self, node):
         b = node.input("B")
@@ -147,12 +161,13 @@ class ConvHandler(Handler):
             lowered.steps.append(_cpu_maxpool(node, conv_out, y, pool, "after a depthwise conv"))
         return lowered
 
-    def _lower_one(self, node, ctx, x, y, w_oihw, bias, s_w, suffix) -> Lowered:
-        """A group-1 conv of x into y: 1x1 matmul, one tiled_conv, or im2col + matmul."""
+    def _lower_one(self, node, ctx, x, y, w_oihw, bias, s_w, suffix, g: dict | None = None) -> Lowered:
+        """A group-1 conv of x into y: 1x1 matmul, one tiled_conv, or im2col + matmul; `g`: the geometry
+        (default: the node's own, see `geometry`)."""
         lowered = Lowered()
         n, h, w, ic = x.shape
         oc, _, kh, kw = w_oihw.shape
-        g = geometry(node)
+        g = g or geometry(node)
         pool = node.fused.get("pool")
         oh, ow = self._out_dims(h, w, g)
         s_in, s_out = x.scale, y.scale

@@ -1,4 +1,4 @@
-"""Add/Sum of two activations (Gemmini's resadd), and standalone Relu / Clip as int8 CPU kernels.
+"""Add/Sum of two activations (Gemmini's resadd), standalone Relu / Clip as int8 CPU kernels, and PRelu.
 
 resadd saturates each scaled input to int8 before adding, so both input scales are kept <= 1:
 A_scale = sa/m, B_scale = sb/m, C_scale = m/so with m = max(sa, sb) (spec/gemmini.md §2.8).
@@ -130,3 +130,15 @@ class _CpuBinary(Handler):
 
 for _op in ("Sub", "Mul", "Div"):
     handler(_op, since=7)(type(f"{_op}Handler", (_CpuBinary,), {}))
+
+
+@handler("PRelu", since=9)
+class PReluHandler(Handler):
+    gemmini = "none: a float kernel on the CPU"
+    limits = "constant slope (scalar, per channel or any shape broadcasting to the input); 1 LSB tolerance"
+
+    def check(self, node, ctx):
+        return [] if node.is_const(node.inputs[1]) else ["non-constant slope"]
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        return lower_binary(node, ctx, "PRelu: Gemmini has no parametric ReLU; x < 0 ? x * slope : x in float32")

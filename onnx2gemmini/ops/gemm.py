@@ -45,6 +45,9 @@ class GemmHandler(Handler):
     def weight_input(self, node):
         return node.input("B") if node.attr("alpha", 1.0) == 1.0 else None
 
+    def output_shift(self, node, weight_error, input_means):
+        return np.asarray(input_means["last"], np.float64) @ weight_error
+
     def float_weights(self, node):
         b = node.const(node.input("B")).astype(np.float32)
         w = (b.T if node.attr("transB", 0) else b) * np.float32(node.attr("alpha", 1.0))
@@ -85,6 +88,9 @@ class MatMulHandler(Handler):
 
     def weight_input(self, node):
         return node.input("B")
+
+    def output_shift(self, node, weight_error, input_means):
+        return np.asarray(input_means["last"], np.float64) @ weight_error
 
     def float_weights(self, node):
         if not node.is_const(node.input("B")):

@@ -47,6 +47,11 @@ class Handler:
         """(weights, bias) in the handler's canonical float layout, for quantize.py; None if none."""
         return None
 
+    def output_shift(self, node: NodeView, weight_error: np.ndarray, input_means: dict) -> np.ndarray | None:
+        """Expected per-output-channel error that `weight_error` (int8 weights minus float weights, in the
+        float_weights layout) causes on inputs with these channel means; None: no bias correction."""
+        return None
+
     def weight_input(self, node: NodeView) -> str | None:
         """The initializer holding the weights as given (a pre-quantized model may fix its scale)."""
         return None
@@ -83,8 +88,8 @@ def all_handlers() -> list[Handler]:
 
 
 def _load_all() -> None:
-    from . import (concat, conv, elementwise, gemm, normalization, pool, shape, softmax,  # noqa: F401
-                   tensor_ops, unary)
+    from . import (concat, conv, conv_transpose, elementwise, gemm, normalization, pool, resample,  # noqa: F401
+                   shape, softmax, tensor_ops, unary)
 
 
 _load_all()

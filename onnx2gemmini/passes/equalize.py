@@ -28,11 +28,17 @@ def _pairs(graph: Graph) -> list[tuple[Node, Node]]:
             continue
         if conv1.attrs.get("group", 1) not in (1, graph.const(conv1.inputs[1]).shape[0]):
             continue  # grouped (not depthwise) conv1: its channels mix within groups only; keep it simple
+        w2 = graph.const(conv2.inputs[1])
+        if conv2.attrs.get("group", 1) not in (1, w2.shape[0]) or \
+                (conv2.attrs.get("group", 1) != 1 and w2.shape[1] != 1):
+            continue  # grouped conv2: its input channels are not one row of weights
         pairs.append((conv1, conv2))
     return pairs
 
 
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
+    if graph.fixed_weight_scales:  # a pre-quantized model's weights are what they are
+        return []
     pairs = _pairs(graph)
     if not pairs:
         return []

@@ -88,6 +88,8 @@ class Emulator:
             index = [slice(None)] * x.ndim
             index[p["axis"]] = slice(p["start"], p["end"])
             return np.ascontiguousarray(x[tuple(index)])
+        if step.op == "remap":
+            return kernels.remap(x, p["index"], self.plan.tensors[step.outputs[0]].shape, p["value"])
         if step.op == "dwconv":
             bias = args[2] if len(args) > 2 else None
             return kernels.depthwise_conv(x, args[1], bias, p["kernel"], p["strides"], p["pads"], p["dilations"],

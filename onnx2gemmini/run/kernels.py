@@ -116,6 +116,22 @@ def global_average(x: np.ndarray) -> np.ndarray:
 
 # --- CPU kernels (int8 in, int8 out) -------------------------------------------------------------
 
+def remap(x: np.ndarray, index, out_shape, value: int) -> np.ndarray:
+    """y[i0, .., in] = x[map0[i0], .., mapn[in]], or `value` where any map entry is -1 (exact int8 move).
+
+    `index` concatenates one map per axis (map d has out_shape[d] entries): Slice, Pad, nearest Resize
+    and ConvTranspose's zero insertion are all separable per axis, so one kernel serves them all."""
+    maps, at = [], 0
+    for n in out_shape:
+        maps.append(np.asarray(index[at:at + n], np.int64))
+        at += n
+    y = x[np.ix_(*[np.maximum(m, 0) for m in maps])] if maps else x.copy()
+    pad = np.zeros(y.shape, bool)
+    for d, m in enumerate(maps):
+        pad |= _along(m < 0, y.ndim, d)
+    return np.where(pad, np.int8(value), y).astype(np.int8)
+
+
 def maxpool(x, kernel, strides, pads, dilations, out, **_) -> np.ndarray:
     """ONNX MaxPool on int8 NHWC: padded positions never win (-128 is the int8 -inf)."""
     win = windows(x, kernel, strides, pads, dilations, out, pad_value=-128)
@@ -156,8 +172,12 @@ def concat(xs: list[np.ndarray], axis: int, in_scales, out_scale) -> np.ndarray:
     return np.concatenate([requantize(x, s, out_scale) for x, s in zip(xs, in_scales)], axis=axis)
 
 
+def _prelu(x, slope):
+    return np.where(x < 0, x * slope, x)
+
+
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
-          "min": np.minimum}
+          "min": np.minimum, "prelu": _prelu}
 
 
 def binary(fn: str, operands, in_scales, out_scale, relu=False) -> np.ndarray:

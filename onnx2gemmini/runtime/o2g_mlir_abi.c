@@ -298,6 +298,27 @@ void _mlir_ciface_o2g_rt_slice(o2g_unranked_memref *x, o2g_unranked_memref *y, i
               (size_t)end);
 }
 
+void _mlir_ciface_o2g_rt_remap(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *index,
+                               int64_t value)
+{
+    const char *fn = "o2g_rt_remap";
+    struct o2g_view vx = o2g_view_of(fn, x, sizeof(int8_t), -1);
+    struct o2g_view vy = o2g_view_of(fn, y, sizeof(int8_t), vx.rank);
+    struct o2g_view vi = o2g_view_of(fn, index, sizeof(int64_t), 1);
+    const int64_t *idx = (const int64_t *)vi.data;
+    size_t total = 0, k;
+    int d;
+    for (d = 0; d < vy.rank; d++) {
+        for (k = 0; k < (size_t)vy.sizes[d] && total + k < vi.count; k++)
+            if (idx[total + k] < -1 || idx[total + k] >= vx.sizes[d])
+                o2g_mlir_fail(fn, "index out of range");
+        total += (size_t)vy.sizes[d];
+    }
+    if (total != vi.count || value < -128 || value > 127)
+        o2g_mlir_fail(fn, "index does not hold one map per axis of y, or value is not int8");
+    o2g_remap((const int8_t *)vx.data, (int8_t *)vy.data, vx.rank, vx.sizes, vy.sizes, idx, (int8_t)value);
+}
+
 void _mlir_ciface_o2g_rt_lut(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *table)
 {
     const char *fn = "o2g_rt_lut";
@@ -362,6 +383,7 @@ O2G_BINARY_DEFS(mul, O2G_MUL)
 O2G_BINARY_DEFS(div, O2G_DIV)
 O2G_BINARY_DEFS(max, O2G_MAX)
 O2G_BINARY_DEFS(min, O2G_MIN)
+O2G_BINARY_DEFS(prelu, O2G_PRELU)
 
 void _mlir_ciface_o2g_rt_dwconv(o2g_unranked_memref *x, o2g_unranked_memref *weights, o2g_unranked_memref *bias,
                                 o2g_unranked_memref *y, int64_t kernel_rows, int64_t kernel_cols,

@@ -82,6 +82,9 @@ void _mlir_ciface_o2g_rt_gather(o2g_unranked_memref *x, o2g_unranked_memref *y, 
                                 o2g_unranked_memref *indices, o2g_unranked_memref *indices_shape);
 void _mlir_ciface_o2g_rt_slice(o2g_unranked_memref *x, o2g_unranked_memref *y, int64_t axis, int64_t end,
                                int64_t start);
+/* y[i..] = x[index_d[i_d]..] or value where an index is -1; index: the per-axis maps of y's axes. */
+void _mlir_ciface_o2g_rt_remap(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *index,
+                               int64_t value);
 void _mlir_ciface_o2g_rt_affine(o2g_unranked_memref *x, o2g_unranked_memref *mul, o2g_unranked_memref *add,
                                 o2g_unranked_memref *y, int64_t axis, double in_scale, double out_scale);
 void _mlir_ciface_o2g_rt_lrn(o2g_unranked_memref *x, o2g_unranked_memref *y, double alpha, int64_t axis,
@@ -94,7 +97,7 @@ void _mlir_ciface_o2g_rt_layernorm(o2g_unranked_memref *x, o2g_unranked_memref *
 void _mlir_ciface_o2g_rt_lut(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *table);
 
 /* Broadcasting elementwise op: _mlir_ciface_o2g_rt_binary_<fn>_<kinds> for fn in add, sub, mul, div,
- * max, min and kinds qq, qf, fq (q: int8 at its scale, f: float32 constant, scale 1). */
+ * max, min, prelu and kinds qq, qf, fq (q: int8 at its scale, f: float32 constant, scale 1). */
 #define O2G_BINARY_DECL(name, kinds)                                                                 \
     void _mlir_ciface_o2g_rt_binary_##name##_##kinds(o2g_unranked_memref *a, o2g_unranked_memref *b, \
                                                      o2g_unranked_memref *y, float a_scale,          \
@@ -106,6 +109,7 @@ O2G_BINARY_DECLS(mul)
 O2G_BINARY_DECLS(div)
 O2G_BINARY_DECLS(max)
 O2G_BINARY_DECLS(min)
+O2G_BINARY_DECLS(prelu)
 
 /* Exact int8 depthwise conv: x NHWC, weights [KH][KW][C*multiplier], bias [C*multiplier] int32, y NHWC
  * (its size is the output size). */

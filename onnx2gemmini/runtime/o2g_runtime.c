@@ -316,6 +316,43 @@ void o2g_slice(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t
             *y++ = x[o * axis_len * inner + i];
 }
 
+void o2g_remap(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
+               const int64_t *index, int8_t value)
+{
+    const int64_t *map[O2G_MAX_RANK];
+    size_t in_stride[O2G_MAX_RANK], count = 1, stride = 1, k;
+    int pos[O2G_MAX_RANK];
+    const int64_t *m = index;
+    int d;
+    for (d = 0; d < rank; d++) {
+        map[d] = m;
+        m += out_shape[d];
+        pos[d] = 0;
+        count *= (size_t)out_shape[d];
+    }
+    for (d = rank - 1; d >= 0; d--) {
+        in_stride[d] = stride;
+        stride *= (size_t)in_shape[d];
+    }
+    for (k = 0; k < count; k++) {
+        size_t at = 0;
+        int pad = 0;
+        for (d = 0; d < rank; d++) {
+            const int64_t i = map[d][pos[d]];
+            if (i < 0)
+                pad = 1;
+            else
+                at += (size_t)i * in_stride[d];
+        }
+        y[k] = pad ? value : x[at];
+        for (d = rank - 1; d >= 0; d--) {
+            if (++pos[d] < out_shape[d])
+                break;
+            pos[d] = 0;
+        }
+    }
+}
+
 /* int8 at in_scale -> int8 at out_scale, as DequantizeLinear then QuantizeLinear. */
 static int8_t o2g_requantize(int8_t x, float in_scale, float out_scale)
 {
@@ -375,6 +412,7 @@ void o2g_binary(int fn, const struct o2g_operand *a, const struct o2g_operand *b
         case O2G_MUL: r = va * vb; break;
         case O2G_DIV: r = o2g_div(va, vb); break;
         case O2G_MAX: r = va > vb ? va : vb; break;
+        case O2G_PRELU: r = va < 0 ? va * vb : va; break;
         default: r = va < vb ? va : vb; break;
         }
         if (r != r) /* NaN (0/0) */

@@ -81,6 +81,11 @@ void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
 /* y = x[:, start:end, :] */
 void o2g_slice(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                size_t start, size_t end);
+/* y[i0]..[in] = x[index0[i0]]..[indexn[in]], or `value` where any index is -1 (Slice, Pad, nearest
+ * Resize, ConvTranspose's zero insertion: per-axis maps). `index` concatenates the maps of every
+ * axis, out_shape[d] entries for axis d; rank <= O2G_MAX_RANK. Exact. */
+void o2g_remap(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
+               const int64_t *index, int8_t value);
 /* One input of a concatenation: x [outer][part_len][inner] goes to y [outer][total_len][inner] at
  * offset `offset` along the axis, requantized (x * in_scale / out_scale, float32, round half to
  * even, saturate) when the scales differ. */
@@ -93,7 +98,8 @@ void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table);
 /* Elementwise float32 op with NumPy broadcasting: each operand is int8 (dequantized with its scale)
  * or float32 (a constant); strides are in elements per output dimension (0 = broadcast). NaN
  * becomes 0 and +-inf +-3e38 before quantizing with out_scale (then ReLU when relu). Exact. */
-enum o2g_binary_fn { O2G_ADD, O2G_SUB, O2G_MUL, O2G_DIV, O2G_MAX, O2G_MIN };
+/* O2G_PRELU: a < 0 ? a * b : a (b the slope) */
+enum o2g_binary_fn { O2G_ADD, O2G_SUB, O2G_MUL, O2G_DIV, O2G_MAX, O2G_MIN, O2G_PRELU };
 struct o2g_operand {
     const void *data;
     int is_float;        /* 1: float32 data; 0: int8 data at `scale` */

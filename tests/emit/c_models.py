@@ -11,6 +11,9 @@ from onnx import helper
 
 from tests.helpers import infer_outputs, rng
 from tests.ops.test_conv import conv_model, grouped_model
+from tests.ops.test_conv_transpose import conv_transpose_model
+from tests.ops.test_pad_slice_resize import pad_model, resize_model, slice_model
+from tests.ops.test_prelu import prelu_model
 from tests.ops.test_unary_binary import se_block
 
 
@@ -161,4 +164,13 @@ MODELS = {
     "attention_matmuls": attention,
     "gather_layernorm_broadcast_add": transformer_bits,
     "two_inputs_three_outputs": two_in_three_out,
+    "slice_steps_nhwc": lambda: slice_model((1, 4, 7, 7), [1, -1, 0], [7, -8, 3], [2, 3, 1], [2, -2, 1],
+                                            after_conv=True),
+    "slice_3d": lambda: slice_model((2, 5, 6), [1, -3], [100, 6], [1, 2]),
+    "pad_value_channels": lambda: pad_model((1, 3, 4, 5), [0, 1, 1, 0, 0, 0, 2, 1], value=0.3),
+    "pad_reflect_nhwc": lambda: pad_model((1, 3, 5, 5), [0, 0, 2, 1, 0, 0, 1, 2], "reflect", after_conv=True),
+    "resize_nearest_nhwc": lambda: resize_model((1, 3, 4, 5), scales=[1, 1, 2, 1.5], after_conv=True),
+    "prelu_per_channel_nhwc": lambda: prelu_model((1, 4, 5, 5), (4, 1, 1), after_conv=True),
+    "conv_transpose_stride2": lambda: conv_transpose_model(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+    "conv_transpose_dilated_im2col": lambda: conv_transpose_model(dilations=[2, 2], strides=[2, 1]),
 }

@@ -27,6 +27,7 @@ from onnx2gemmini.errors import UnsupportedError  # noqa: E402
 from onnx2gemmini.plan import CpuOp, Matmul, Step  # noqa: E402
 from onnx2gemmini.run.emulator import Emulator  # noqa: E402
 from tests.emit import mlir_jit  # noqa: E402
+from tests.emit.c_models import MODELS as C_MODELS  # noqa: E402
 from tests.emit.mlir_interp import Interpreter, check_gemmini_ops, ops_of, parse  # noqa: E402
 from tests.helpers import infer_outputs, random_dataset, rng  # noqa: E402
 from tests.ops.test_conv import conv_model  # noqa: E402
@@ -313,6 +314,12 @@ MODELS = {
                                       ["@o2g_rt_slice", "gemmini.tile_matmul", "@o2g_rt_concat_into"]),
     "layernorm": (lambda: _layernorm(), ["@o2g_rt_layernorm"]),
     "two_inputs_three_outputs": (lambda: _two_in_two_out(), ["memref.copy"]),
+    **{name: (C_MODELS[name], ops) for name, ops in (
+        ("slice_steps_nhwc", ["@o2g_rt_remap"]), ("slice_3d", ["@o2g_rt_remap"]),
+        ("pad_value_channels", ["@o2g_rt_remap"]), ("pad_reflect_nhwc", ["@o2g_rt_remap"]),
+        ("resize_nearest_nhwc", ["@o2g_rt_remap"]), ("prelu_per_channel_nhwc", ["@o2g_rt_binary_prelu_qf"]),
+        ("conv_transpose_stride2", ["@o2g_rt_remap", "gemmini.tile_conv"]),
+        ("conv_transpose_dilated_im2col", ["@o2g_rt_remap", "@o2g_rt_im2col", "gemmini.tile_matmul"]))},
 }
 
 
