@@ -163,6 +163,45 @@ class Conv(Step):
 
 
 @dataclass(frozen=True)
+class ConvDw(Step):
+    """tiled_conv_dw_auto: depthwise (multiplier 1), NHWC, [C][KH][KW] weights, int32 bias, fused ReLU/max-pool."""
+
+    kind: ClassVar[str] = "conv_dw"
+    batch_size: int = 1
+    in_row_dim: int = 0
+    in_col_dim: int = 0
+    channels: int = 0
+    out_row_dim: int = 0
+    out_col_dim: int = 0
+    stride: int = 1
+    padding: int = 0
+    kernel_dim: int = 1
+    input: str = ""
+    weights: str = ""
+    bias: str | None = None
+    output: str = ""
+    act: int = NO_ACTIVATION
+    scale: float = 1.0
+    pool_size: int = 0
+    pool_stride: int = 0
+    pool_padding: int = 0
+
+    def reads(self):
+        return (self.input, self.weights) + ((self.bias,) if self.bias else ())
+
+    def writes(self):
+        return (self.output,)
+
+    @property
+    def pool_out_dims(self) -> tuple[int, int]:
+        return Conv.pool_out_dims.fget(self)
+
+    @property
+    def macs(self) -> int:
+        return self.batch_size * self.out_row_dim * self.out_col_dim * self.channels * self.kernel_dim ** 2
+
+
+@dataclass(frozen=True)
 class Resadd(Step):
     """tiled_resadd_auto: C = act(C_scale * (sat8(A * A_scale) + sat8(B * B_scale))) over an I x J matrix."""
 
@@ -225,7 +264,7 @@ class CpuOp(Step):
         return hash((self.node, self.op, self.inputs, self.outputs))
 
 
-STEP_TYPES = {cls.kind: cls for cls in (Quantize, Matmul, Conv, Resadd, GlobalAverage, CpuOp)}
+STEP_TYPES = {cls.kind: cls for cls in (Quantize, Matmul, Conv, ConvDw, Resadd, GlobalAverage, CpuOp)}
 
 
 @dataclass(frozen=True)

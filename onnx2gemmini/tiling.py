@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .plan import Conv, GlobalAverage, Matmul, Plan, Resadd
+from .plan import Conv, ConvDw, GlobalAverage, Matmul, Plan, Resadd
 from .tiling_baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
                               baseline_resadd_tiles)
 from .tiling_capacity import conv_fits, conv_rows, matmul_fits, matmul_rows
 from .tiling_cost import conv_cost, global_average_cost, matmul_cost, resadd_cost
 from .tiling_geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, tiles_dict, tiles_tuple
+from .tiling_dw import dw_cost
 from .tiling_search import choose_conv_tiles, choose_matmul_tiles
 
 __all__ = [
@@ -85,6 +86,8 @@ def cost(step, tiles, config) -> dict | None:
 def step_costs(step, config) -> dict | None:
     """The report figures of one step: its tiles (step.tiles, else what gemmini.h picks) against
     gemmini.h's baseline. None for CPU steps (and for the convs the cost model does not cover)."""
+    if isinstance(step, ConvDw):
+        return dw_cost(step, config)
     base_tiles = baseline_tiles(step, config)
     if base_tiles is None:
         return None

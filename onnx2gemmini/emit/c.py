@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..memory import ALIGN, align_up, plan_memory
-from ..plan import RELU, Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd, Step
+from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd, Step
 from ..planner import sanitize, unique_ids
 from ..run.emulator import Emulator
 from .banner import banner_lines, safe_comment_text
@@ -344,8 +344,8 @@ class CProgram:
 
     # -- one printer per step kind: (comment lines, C lines) ---------------------------------------------
     def print_step(self, step: Step) -> tuple[list[str], list[str]]:
-        printers = {Quantize: self.quantize, Matmul: self.matmul, Conv: self.conv, Resadd: self.resadd,
-                    GlobalAverage: self.global_average, CpuOp: self.cpu}
+        printers = {Quantize: self.quantize, Matmul: self.matmul, Conv: self.conv, ConvDw: self.conv_dw,
+                    Resadd: self.resadd, GlobalAverage: self.global_average, CpuOp: self.cpu}
         printer = next((f for cls, f in printers.items() if isinstance(step, cls)), None)
         if printer is None:
             raise UnsupportedError(f"C back end: no printer for plan step {type(step).__name__} ({step.node})")
@@ -425,6 +425,27 @@ class CProgram:
         args.append((f"{self.ptr(s.input)}, {self.ptr(s.weights)}, {bias}, {self.ptr(s.output)}",
                      "input, weights, bias, output"))
         return head, self.call("tiled_conv" if s.tiles else "tiled_conv_auto", args + tail)
+
+    def conv_dw(self, s: ConvDw):
+        act = "RELU" if s.act == RELU else "NO_ACTIVATION"
+        pool = (f", max-pool {s.pool_size}/{s.pool_stride}/{s.pool_padding} -> {dims(s.pool_out_dims)}"
+                if s.pool_stride else "")
+        head = [f"depthwise conv {s.kernel_dim}x{s.kernel_dim} stride {s.stride} padding {s.padding}: "
+                f"{s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{s.channels} (NHWC) -> "
+                f"{s.batch_size}x{s.out_row_dim}x{s.out_col_dim}x{s.channels}{pool}",
+                f"{'bias' if s.bias else 'no bias'}, {act}, scale {c_float(s.scale)} ({s.scale:.9g})"]
+        bias = f"(acc_t *){self.ptr(s.bias)}" if s.bias else "NULL"
+        # gemmini.h declares these pointers without const; the call does not write the weights or bias.
+        return head, self.call("tiled_conv_dw_auto", [
+            (f"{s.batch_size}, {s.in_row_dim}, {s.in_col_dim}, {s.channels}",
+             "batch_size, in_row_dim, in_col_dim, channels"),
+            (f"{s.out_row_dim}, {s.out_col_dim}", "out_row_dim, out_col_dim"),
+            (f"{s.stride}, {s.padding}, {s.kernel_dim}", "stride, padding, kernel_dim"),
+            (f"{self.ptr(s.input)}, (elem_t *){self.ptr(s.weights)}, {bias}, {self.ptr(s.output)}",
+             "input, weights, bias, output"),
+            (f"{act}, {c_float(s.scale)}", "act, scale"),
+            (f"{s.pool_size}, {s.pool_stride}, {s.pool_padding}", "pool_size, pool_stride, pool_padding"),
+            ("WS", "tiled_conv_type")])
 
     def resadd(self, s: Resadd):
         head = [f"resadd I={s.I} J={s.J}: A*{c_float(s.A_scale)} + B*{c_float(s.B_scale)}, "

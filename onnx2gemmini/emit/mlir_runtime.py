@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..plan import Conv, CpuOp, GlobalAverage, Plan, Quantize, Resadd, Step
+from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Plan, Quantize, Resadd, Step
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,22 @@ def _conv(step: Conv, plan: Plan) -> RuntimeCall:
     scalars.append(Scalar("scale", "f32", step.scale))
     scalars += [Scalar(n, "i64", getattr(step, n)) for n in ("pool_size", "pool_stride", "pool_padding")]
     return RuntimeCall(symbol("conv"), args, tuple(scalars))
+
+
+@abi("conv_dw")
+def _conv_dw(step: ConvDw, plan: Plan) -> RuntimeCall:
+    """A depthwise conv: the dialect has no op for it, so the C library's tiled_conv_dw_auto runs it."""
+    poh, pow_ = step.pool_out_dims
+    n, c, k = step.batch_size, step.channels, step.kernel_dim
+    args = (Arg("input", step.input, (n, step.in_row_dim, step.in_col_dim, c)),
+            Arg("weights", step.weights, (c, k, k)),
+            Arg("bias", step.bias, (c,)),
+            Arg("output", step.output, (n, poh, pow_, c)))
+    scalars = [Scalar(name, "i64", getattr(step, name)) for name in
+               ("out_row_dim", "out_col_dim", "stride", "padding", "kernel_dim", "act")]
+    scalars.append(Scalar("scale", "f32", step.scale))
+    scalars += [Scalar(name, "i64", getattr(step, name)) for name in ("pool_size", "pool_stride", "pool_padding")]
+    return RuntimeCall(symbol("conv_dw"), args, tuple(scalars))
 
 
 def _unary(plan: Plan, step: CpuOp) -> tuple[Arg, Arg]:

@@ -5,13 +5,13 @@ import json
 
 import numpy as np
 
-from ..plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
+from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
 from ..memory import plan_memory
 from ..tiling import cost_callback
 from ..version import __version__
 
-CALLS = {Matmul: "tiled_matmul_auto", Conv: "tiled_conv_auto", Resadd: "tiled_resadd_auto",
-         GlobalAverage: "tiled_global_average_auto"}
+CALLS = {Matmul: "tiled_matmul_auto", Conv: "tiled_conv_auto", ConvDw: "tiled_conv_dw_auto",
+         Resadd: "tiled_resadd_auto", GlobalAverage: "tiled_global_average_auto"}
 
 
 def call_name(step) -> str:
@@ -33,6 +33,11 @@ def geometry(step) -> dict:
                 "out_channels": step.out_channels, "kernel": step.kernel_dim, "stride": step.stride,
                 "padding": step.padding, "pool_size": step.pool_size, "pool_stride": step.pool_stride,
                 "pool_padding": step.pool_padding}
+    if isinstance(step, ConvDw):
+        return {"batch": step.batch_size, "in_rows": step.in_row_dim, "in_cols": step.in_col_dim,
+                "channels": step.channels, "out_rows": step.out_row_dim, "out_cols": step.out_col_dim,
+                "kernel": step.kernel_dim, "stride": step.stride, "padding": step.padding,
+                "pool_size": step.pool_size, "pool_stride": step.pool_stride, "pool_padding": step.pool_padding}
     if isinstance(step, Resadd):
         return {"I": step.I, "J": step.J}
     if isinstance(step, GlobalAverage):
@@ -42,7 +47,7 @@ def geometry(step) -> dict:
 
 def step_macs(step, plan: Plan) -> int:
     """Multiply-accumulates of a step, wherever it runs (CPU depthwise convs count too)."""
-    if isinstance(step, (Matmul, Conv)):
+    if isinstance(step, (Matmul, Conv, ConvDw)):
         return step.macs
     if isinstance(step, CpuOp) and step.op == "dwconv":
         kh, kw = step.params["kernel"]

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import NodeView
-from ..plan import Conv, CpuOp
+from ..plan import Conv, ConvDw, CpuOp
 from ..quantize import multiplier
+from ..tiling_dw import cpu_dw_cycles, gemmini_dw_cycles
 from .common import activation_code, matmul, to_nhwc
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
@@ -134,17 +135,38 @@ class ConvHandler(Handler):
         return lowered
 
     def _lower_depthwise(self, node, ctx, x, y, wq) -> Lowered:
-        """Exact int8 depthwise conv on the CPU (Gemmini's tiled_conv_dw uses 1/DIM of the array)."""
+        """tiled_conv_dw on Gemmini when it can take the geometry and the estimate says it is faster,
+        else an exact int8 depthwise kernel on the CPU (the same arithmetic)."""
         lowered = Lowered()
         g = geometry(node)
         pool = node.fused.get("pool")
         n, h, w, c = x.shape
         oh, ow = self._out_dims(h, w, g)
-        w_id, b_id = ctx.const_id(node.name, "W"), ctx.const_id(node.name, "b") if wq.bias is not None else None
         oc, _, kh, kw = wq.q.shape
-        lowered.constants[w_id] = np.ascontiguousarray(wq.q.reshape(oc, kh, kw).transpose(1, 2, 0))  # [KH][KW][OC]
+        scale = multiplier(x.scale, wq.scale, y.scale)
+        reasons = direct_conv_reasons(g, pool is not None)
+        if oc != c:
+            reasons.append(f"channel multiplier {oc // c}")
+        if not ctx.config.has_dw_convs:
+            reasons.append(f"config {ctx.config.name} has no depthwise convs")
+        w_id, b_id = ctx.const_id(node.name, "W"), ctx.const_id(node.name, "b") if wq.bias is not None else None
         if b_id:
             lowered.constants[b_id] = wq.bias
+        if not reasons:
+            dw_bias = ctx.const_id(node.name, "b")  # always passed: zeros when the model has none
+            step = ConvDw(node.name, batch_size=n, in_row_dim=h, in_col_dim=w, channels=c, out_row_dim=oh,
+                          out_col_dim=ow, stride=g["strides"][0], padding=g["pads"][0], kernel_dim=kh,
+                          input=x.id, weights=w_id, bias=dw_bias, output=y.id, act=activation_code(node),
+                          scale=scale, pool_size=pool["size"] if pool else 0,
+                          pool_stride=pool["stride"] if pool else 0, pool_padding=pool["padding"] if pool else 0)
+            on_gemmini, on_cpu = gemmini_dw_cycles(step, ctx.config), cpu_dw_cycles(step)
+            if on_gemmini <= on_cpu:
+                lowered.constants[w_id] = np.ascontiguousarray(wq.q.reshape(c, kh, kw))  # [C][KH][KW]
+                lowered.constants[dw_bias] = wq.bias if wq.bias is not None else np.zeros(c, np.int32)
+                lowered.steps.append(step)
+                return lowered
+            reasons.append(f"estimated {on_cpu:,} CPU cycles against {on_gemmini:,} on Gemmini")
+        lowered.constants[w_id] = np.ascontiguousarray(wq.q.reshape(oc, kh, kw).transpose(1, 2, 0))  # [KH][KW][OC]
         conv_out = y
         if pool:
             conv_out = ctx.temp(node.name, "unpooled", (n, oh, ow, oc), y.scale, layout="NHWC")
@@ -153,10 +175,8 @@ class ConvHandler(Handler):
         lowered.steps.append(CpuOp(node.name, op="dwconv", inputs=inputs, outputs=(conv_out.id,),
                                    params={"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"],
                                            "dilations": g["dilations"], "out": [oh, ow], "multiplier": oc // c,
-                                           "scale": multiplier(x.scale, wq.scale, y.scale),
-                                           "relu": activation_code(node) == 1},
-                                   reason="depthwise conv: exact int8 kernel on the CPU (tiled_conv_dw would use "
-                                          "one array column per channel)"))
+                                           "scale": scale, "relu": activation_code(node) == 1},
+                                   reason=f"depthwise conv on the CPU (exact int8): {', '.join(reasons)}"))
         if pool:
             lowered.steps.append(_cpu_maxpool(node, conv_out, y, pool, "after a depthwise conv"))
         return lowered

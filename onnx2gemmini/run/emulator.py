@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
+from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
 from ..quantize import quantize_array
 from . import kernels
 
@@ -55,6 +55,16 @@ class Emulator:
             pool = (step.pool_size, step.pool_stride, step.pool_padding) if step.pool_stride else None
             return [kernels.conv(x, consts[step.weights], bias, step.stride, step.padding, step.kernel_dim,
                                  (step.out_row_dim, step.out_col_dim), step.scale, step.act == 1, pool)]
+        if isinstance(step, ConvDw):
+            x = get(step.input).reshape(step.batch_size, step.in_row_dim, step.in_col_dim, step.channels)
+            w = consts[step.weights].transpose(1, 2, 0)  # [C][KH][KW] -> [KH][KW][C]
+            bias = consts[step.bias] if step.bias else None
+            k = step.kernel_dim
+            y = kernels.depthwise_conv(x, w, bias, (k, k), (step.stride,) * 2, (step.padding,) * 4, (1, 1),
+                                       (step.out_row_dim, step.out_col_dim), 1, step.scale, step.act == 1)
+            if step.pool_stride:
+                y = kernels.maxpool_zero_padded(y, step.pool_size, step.pool_stride, step.pool_padding)
+            return [y]
         if isinstance(step, Resadd):
             a, b = (get(t).reshape(step.I, step.J) for t in (step.A, step.B))
             return [kernels.resadd(a, b, step.A_scale, step.B_scale, step.C_scale, step.relu)]

@@ -491,6 +491,29 @@ void _mlir_ciface_o2g_rt_global_average(o2g_unranked_memref *input, o2g_unranked
     gemmini_fence();
 }
 
+void _mlir_ciface_o2g_rt_conv_dw(o2g_unranked_memref *input, o2g_unranked_memref *weights,
+                                 o2g_unranked_memref *bias, o2g_unranked_memref *output,
+                                 int64_t out_rows, int64_t out_cols, int64_t stride, int64_t padding,
+                                 int64_t kernel_dim, int64_t act, float scale, int64_t pool_size,
+                                 int64_t pool_stride, int64_t pool_padding)
+{
+    const char *fn = "o2g_rt_conv_dw";
+    struct o2g_view vi = o2g_view_of(fn, input, sizeof(elem_t), 4);
+    struct o2g_view vw = o2g_view_of(fn, weights, sizeof(elem_t), 3);
+    struct o2g_view vb = o2g_view_of(fn, bias, sizeof(acc_t), 1);
+    struct o2g_view vo = o2g_view_of(fn, output, sizeof(elem_t), 4);
+    const int64_t prow = pool_stride ? (out_rows + 2 * pool_padding - pool_size) / pool_stride + 1 : out_rows;
+    const int64_t pcol = pool_stride ? (out_cols + 2 * pool_padding - pool_size) / pool_stride + 1 : out_cols;
+    const int c = vi.sizes[3];
+    if (vw.sizes[0] != c || vw.sizes[1] != kernel_dim || vw.sizes[2] != kernel_dim || vb.sizes[0] != c ||
+        vo.sizes[0] != vi.sizes[0] || vo.sizes[1] != prow || vo.sizes[2] != pcol || vo.sizes[3] != c)
+        o2g_mlir_fail(fn, "weights, bias or output do not match the geometry");
+    tiled_conv_dw_auto(vi.sizes[0], vi.sizes[1], vi.sizes[2], c, (int)out_rows, (int)out_cols, (int)stride,
+                       (int)padding, (int)kernel_dim, (elem_t *)vi.data, (elem_t *)vw.data, (acc_t *)vb.data,
+                       (elem_t *)vo.data, (int)act, scale, (int)pool_size, (int)pool_stride, (int)pool_padding, WS);
+    gemmini_fence();
+}
+
 void _mlir_ciface_o2g_rt_conv(o2g_unranked_memref *input, o2g_unranked_memref *weights,
                               o2g_unranked_memref *bias, o2g_unranked_memref *output,
                               int64_t out_rows, int64_t out_cols, int64_t stride,

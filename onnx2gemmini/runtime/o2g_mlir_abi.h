@@ -129,6 +129,13 @@ void _mlir_ciface_o2g_rt_global_average(o2g_unranked_memref *input, o2g_unranked
 
 /* tiled_conv_auto for convs tile_conv would get wrong: input NHWC, weights [K*K*IC][OC], bias [OC],
  * output [N*pooled OH*pooled OW][OC]; out_rows/out_cols before pooling. */
+/* Depthwise conv (multiplier 1) through gemmini.h's tiled_conv_dw_auto: input [N][H][W][C], weights [C][K][K],
+ * bias [C] int32, output [N][pooled rows][pooled cols][C]. */
+void _mlir_ciface_o2g_rt_conv_dw(o2g_unranked_memref *input, o2g_unranked_memref *weights,
+                                 o2g_unranked_memref *bias, o2g_unranked_memref *output,
+                                 int64_t out_rows, int64_t out_cols, int64_t stride, int64_t padding,
+                                 int64_t kernel_dim, int64_t act, float scale, int64_t pool_size,
+                                 int64_t pool_stride, int64_t pool_padding);
 void _mlir_ciface_o2g_rt_conv(o2g_unranked_memref *input, o2g_unranked_memref *weights,
                               o2g_unranked_memref *bias, o2g_unranked_memref *output,
                               int64_t out_rows, int64_t out_cols, int64_t stride,

@@ -399,6 +399,14 @@ def _conv(x, w, bias, y, orow, ocol, stride, input_dilation, kernel_dilation, pa
     y[...] = kernels.conv(x, w, bias, stride, padding, k, (orow, ocol), scale, act == 1, pool).reshape(y.shape)
 
 
+def _conv_dw(x, w, bias, y, orow, ocol, stride, padding, k, act, scale, pool_size, pool_stride, pool_padding):
+    out = kernels.depthwise_conv(x, w.transpose(1, 2, 0), bias, (k, k), (stride, stride), (padding,) * 4, (1, 1),
+                                 (orow, ocol), 1, scale, act == 1)
+    if pool_stride:
+        out = kernels.maxpool_zero_padded(out, pool_size, pool_stride, pool_padding)
+    y[...] = out.reshape(y.shape)
+
+
 def _lut(x, y, table):
     y[...] = np.asarray(table, np.int8)[x.astype(np.int16) + 128]
 
@@ -446,4 +454,4 @@ RUNTIME = {"o2g_rt_remap": _remap, "o2g_rt_lut": _lut, "o2g_rt_dwconv": _dwconv,
            "o2g_rt_quantize": _quantize, "o2g_rt_transpose": _transpose, "o2g_rt_concat_into": _concat_into, "o2g_rt_im2col": _im2col,
            "o2g_rt_maxpool": _maxpool, "o2g_rt_avgpool": _avgpool, "o2g_rt_clip": _clip,
            "o2g_rt_softmax": _softmax, "o2g_rt_resadd": _resadd, "o2g_rt_global_average": _global_average,
-           "o2g_rt_conv": _conv}
+           "o2g_rt_conv": _conv, "o2g_rt_conv_dw": _conv_dw}

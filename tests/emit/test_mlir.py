@@ -300,7 +300,7 @@ MODELS = {
     "concat_requantized": (lambda: _concat(relu6=True), ["@o2g_rt_concat_into"]),
     "concat_three_rows": (lambda: _concat_2d(), ["@o2g_rt_concat_into"]),
     "transpose_3d": (lambda: _unary("Transpose", shape=(2, 3, 4), perm=[2, 0, 1]), ["@o2g_rt_transpose"]),
-    "depthwise_relu": (lambda: _depthwise(), ["@o2g_rt_dwconv"]),
+    "depthwise_relu": (lambda: _depthwise(), ["@o2g_rt_conv_dw"]),
     "depthwise_multiplier2": (lambda: _depthwise(multiplier=2, relu=False), ["@o2g_rt_dwconv"]),
     "grouped_conv": (lambda: _grouped(), ["@o2g_rt_slice", "@o2g_rt_concat_into"]),
     "squeeze_excite_lut_binary": (lambda: se_block(), ["@o2g_rt_lut", "@o2g_rt_binary_mul_qq"]),

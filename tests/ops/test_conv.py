@@ -144,6 +144,10 @@ def test_grouped_and_depthwise_convs_are_exact(case):
     assert result["verdict"]["exact_model"]
     ops = [getattr(s, "op", s.kind) for s in compiled.plan.steps]
     if GROUPED[case].get("group") == 8:
-        assert "dwconv" in ops
+        # multiplier 1 runs on tiled_conv_dw; a channel multiplier only on the CPU, saying why
+        on_cpu = GROUPED[case].get("oc", 8) != 8
+        assert ("dwconv" in ops) == on_cpu and ("conv_dw" in ops) != on_cpu
+        if on_cpu:
+            assert "channel multiplier 2" in next(s.reason for s in compiled.plan.steps if s.kind == "cpu")
     else:
         assert ops.count("slice") == GROUPED[case].get("group", 2)
