@@ -130,9 +130,9 @@ def graph_activations(graph: Graph) -> list[str]:
 def fixed_scales(graph: Graph) -> dict[str, float]:
     """Scales a pre-quantized model fixes, after flowing back through scale-preserving ops."""
     from .ops.registry import lookup
-    from .quantize import _propagate_fixed
+    from .quantize import propagate_fixed_scales
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
-    return _propagate_fixed(graph, order, {n.name: lookup(n.op_type, graph.opset, n.domain) for n in order})
+    return propagate_fixed_scales(graph, order, {n.name: lookup(n.op_type, graph.opset, n.domain) for n in order})
 
 
 def model_opset(model: onnx.ModelProto) -> int:

@@ -100,7 +100,7 @@ def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
     return {t: find(t) for t in list(parent) + [p for p in parent.values()]}
 
 
-def _propagate_fixed(graph: Graph, order, handlers) -> dict[str, float]:
+def propagate_fixed_scales(graph: Graph, order, handlers) -> dict[str, float]:
     """A model's fixed output scale flows back through scale-preserving ops (views, pools) to their input."""
     fixed = dict(graph.fixed_scales)
     for node in reversed(order):
@@ -137,7 +137,7 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         handlers[node.name] = lookup(node.op_type, graph.opset, node.domain)
         if handlers[node.name] is None:
             raise UnsupportedError(f"node '{node.name}': no handler for {node.op_type}")
-    fixed = _propagate_fixed(graph, order, handlers)
+    fixed = propagate_fixed_scales(graph, order, handlers)
     groups = _scale_groups(graph, order, handlers)
     group_amax: dict[str, float] = {}
     for t, root in groups.items():
