@@ -115,8 +115,25 @@ class Matmul(Step):
         return self.I * self.J * self.K
 
 
+class _PooledConv:
+    """What Conv and ConvDw share: input/weights/bias in, one output, Gemmini's fused max-pool geometry."""
+
+    def reads(self):
+        return (self.input, self.weights) + ((self.bias,) if self.bias else ())
+
+    def writes(self):
+        return (self.output,)
+
+    @property
+    def pool_out_dims(self) -> tuple[int, int]:
+        if not self.pool_stride:
+            return self.out_row_dim, self.out_col_dim
+        return tuple((d + 2 * self.pool_padding - self.pool_size) // self.pool_stride + 1
+                     for d in (self.out_row_dim, self.out_col_dim))
+
+
 @dataclass(frozen=True)
-class Conv(Step):
+class Conv(_PooledConv, Step):
     """tiled_conv_auto / tiled_conv: NHWC input, [KH*KW*IC][OC] weights, int32 bias, fused ReLU and max-pool."""
 
     kind: ClassVar[str] = "conv"
@@ -143,19 +160,6 @@ class Conv(Step):
     pool_padding: int = 0
     tiles: dict | None = None  # batches, porows, pocols, pochs, krows, kcols, kchs
 
-    def reads(self):
-        return (self.input, self.weights) + ((self.bias,) if self.bias else ())
-
-    def writes(self):
-        return (self.output,)
-
-    @property
-    def pool_out_dims(self) -> tuple[int, int]:
-        if not self.pool_stride:
-            return self.out_row_dim, self.out_col_dim
-        return tuple((d + 2 * self.pool_padding - self.pool_size) // self.pool_stride + 1
-                     for d in (self.out_row_dim, self.out_col_dim))
-
     @property
     def macs(self) -> int:
         return (self.batch_size * self.out_row_dim * self.out_col_dim * self.out_channels
@@ -163,7 +167,7 @@ class Conv(Step):
 
 
 @dataclass(frozen=True)
-class ConvDw(Step):
+class ConvDw(_PooledConv, Step):
     """tiled_conv_dw_auto: depthwise (multiplier 1), NHWC, [C][KH][KW] weights, int32 bias, fused ReLU/max-pool."""
 
     kind: ClassVar[str] = "conv_dw"
@@ -185,16 +189,6 @@ class ConvDw(Step):
     pool_size: int = 0
     pool_stride: int = 0
     pool_padding: int = 0
-
-    def reads(self):
-        return (self.input, self.weights) + ((self.bias,) if self.bias else ())
-
-    def writes(self):
-        return (self.output,)
-
-    @property
-    def pool_out_dims(self) -> tuple[int, int]:
-        return Conv.pool_out_dims.fget(self)
 
     @property
     def macs(self) -> int:

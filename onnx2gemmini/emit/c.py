@@ -396,14 +396,19 @@ class CProgram:
                  ("WS", "tiled_matmul_type")]
         return head, self.call("tiled_matmul" if s.tiles else "tiled_matmul_auto", args)
 
-    def conv(self, s: Conv):
+    @staticmethod
+    def conv_head(s, what: str, in_channels: int, out_channels: int) -> tuple[str, list[str]]:
+        """The activation name and the comment lines shared by conv and depthwise-conv calls."""
         act = "RELU" if s.act == RELU else "NO_ACTIVATION"
         pool = (f", max-pool {s.pool_size}/{s.pool_stride}/{s.pool_padding} -> {dims(s.pool_out_dims)}"
                 if s.pool_stride else "")
-        head = [f"conv {s.kernel_dim}x{s.kernel_dim} stride {s.stride} padding {s.padding}: "
-                f"{s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{s.in_channels} (NHWC) -> "
-                f"{s.batch_size}x{s.out_row_dim}x{s.out_col_dim}x{s.out_channels}{pool}",
-                f"{'bias' if s.bias else 'no bias'}, {act}, scale {c_float(s.scale)} ({s.scale:.9g})"]
+        return act, [f"{what} {s.kernel_dim}x{s.kernel_dim} stride {s.stride} padding {s.padding}: "
+                     f"{s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{in_channels} (NHWC) -> "
+                     f"{s.batch_size}x{s.out_row_dim}x{s.out_col_dim}x{out_channels}{pool}",
+                     f"{'bias' if s.bias else 'no bias'}, {act}, scale {c_float(s.scale)} ({s.scale:.9g})"]
+
+    def conv(self, s: Conv):
+        act, head = self.conv_head(s, "conv", s.in_channels, s.out_channels)
         bias = self.ptr(s.bias) if s.bias else "NULL"
         tail = [(f"{act}, {c_float(s.scale)}", "act, scale"),
                 (f"{s.pool_size}, {s.pool_stride}, {s.pool_padding}", "pool_size, pool_stride, pool_padding"),
@@ -427,13 +432,7 @@ class CProgram:
         return head, self.call("tiled_conv" if s.tiles else "tiled_conv_auto", args + tail)
 
     def conv_dw(self, s: ConvDw):
-        act = "RELU" if s.act == RELU else "NO_ACTIVATION"
-        pool = (f", max-pool {s.pool_size}/{s.pool_stride}/{s.pool_padding} -> {dims(s.pool_out_dims)}"
-                if s.pool_stride else "")
-        head = [f"depthwise conv {s.kernel_dim}x{s.kernel_dim} stride {s.stride} padding {s.padding}: "
-                f"{s.batch_size}x{s.in_row_dim}x{s.in_col_dim}x{s.channels} (NHWC) -> "
-                f"{s.batch_size}x{s.out_row_dim}x{s.out_col_dim}x{s.channels}{pool}",
-                f"{'bias' if s.bias else 'no bias'}, {act}, scale {c_float(s.scale)} ({s.scale:.9g})"]
+        act, head = self.conv_head(s, "depthwise conv", s.channels, s.channels)
         bias = f"(acc_t *){self.ptr(s.bias)}" if s.bias else "NULL"
         # gemmini.h declares these pointers without const; the call does not write the weights or bias.
         return head, self.call("tiled_conv_dw_auto", [

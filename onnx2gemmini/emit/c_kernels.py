@@ -15,7 +15,7 @@ from .banner import safe_comment_text
 
 AVGPOOL_MAX_WINDOW = 1 << 17  # o2g_avgpool's integer rounding equals float32 division below this
 INEXACT = {"softmax": 1, "lrn": 1, "layernorm": 1}  # expf/powf/sqrtf and summation order vs NumPy
-MOVES = ("transpose", "clip", "maxpool", "im2col", "gather", "slice", "remap")  # select values: no new error
+MOVES = ("transpose", "clip", "maxpool", "im2col", "gather", "remap")  # select values: no new error
 BINARY_FNS = {"add": "O2G_ADD", "sub": "O2G_SUB", "mul": "O2G_MUL", "div": "O2G_DIV", "max": "O2G_MAX",
               "min": "O2G_MIN", "prelu": "O2G_PRELU"}
 
@@ -125,11 +125,6 @@ class CpuPrinter:
         idx = self.table("int64_t", p["indices"], f"{s.node}: indices")
         return [f"o2g_gather({self.ptr(s.inputs[0])}, {self.ptr(s.outputs[0])}, {outer}, {n}, {inner}, {idx}, "
                 f"{len(p['indices'])});"]
-
-    def op_slice(self, s, p):
-        outer, n, inner = split(self.shape(s.inputs[0]), int(p["axis"]))
-        return [f"o2g_slice({self.ptr(s.inputs[0])}, {self.ptr(s.outputs[0])}, {outer}, {n}, {inner}, "
-                f"{int(p['start'])}, {int(p['end'])});"]
 
     def op_remap(self, s, p):
         in_shape, out_shape = self.shape(s.inputs[0]), self.shape(s.outputs[0])

@@ -61,3 +61,11 @@ def matmul(node: NodeView, ctx: LowerContext, a: Tensor, I: int, K: int, c: Tens
                   stride_A=K, stride_B=J, stride_D=J, stride_C=J, act=activation_code(node),
                   scale=multiplier(s_in, s_w, c.scale), repeating_bias=True)
     return Lowered([step], [], constants)
+
+
+def copy_range(node_name: str, src: Tensor, dst: Tensor, axis: int, start: int, reason: str) -> CpuOp:
+    """A contiguous range of one storage axis of `src` copied into `dst` (same rank), as a remap."""
+    maps = [list(range(start, start + dst.shape[a])) if a == axis else list(range(n))
+            for a, n in enumerate(src.shape)]
+    return CpuOp(node_name, op="remap", inputs=(src.id,), outputs=(dst.id,),
+                 params={"index": [i for m in maps for i in m], "value": 0}, reason=reason)

@@ -11,7 +11,7 @@ from ..graph import NodeView
 from ..plan import Conv, ConvDw, CpuOp
 from ..quantize import multiplier
 from ..tiling_dw import cpu_dw_cycles, gemmini_dw_cycles
-from .common import activation_code, matmul, to_nhwc
+from .common import activation_code, copy_range, matmul, to_nhwc
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -123,9 +123,8 @@ class ConvHandler(Handler):
             xs = ctx.temp(node.name, f"in_g{g}", (n, h, w, icg), x.scale, layout="NHWC")
             ys = ctx.temp(node.name, f"out_g{g}", y.shape[:3] + (ocg,), y.scale, layout="NHWC")
             lowered.tensors += [xs, ys]
-            lowered.steps.append(CpuOp(node.name, op="slice", inputs=(x.id,), outputs=(xs.id,),
-                                       params={"axis": 3, "start": g * icg, "end": (g + 1) * icg},
-                                       reason=f"grouped conv (group={groups}): copy of group {g}'s input channels"))
+            lowered.steps.append(copy_range(node.name, x, xs, 3, g * icg,
+                                            f"grouped conv (group={groups}): copy of group {g}'s input channels"))
             bias = None if wq.bias is None else wq.bias[g * ocg:(g + 1) * ocg]
             lowered.add(self._lower_one(node, ctx, xs, ys, wq.q[g * ocg:(g + 1) * ocg], bias, wq.scale, f"_g{g}"))
             parts.append(ys)

@@ -9,7 +9,7 @@ import numpy as np
 from ..graph import NodeView
 from ..plan import CpuOp, Matmul, Tensor
 from ..quantize import multiplier
-from .common import activation_code, matmul, to_plain
+from .common import activation_code, copy_range, matmul, to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -129,14 +129,12 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
     lowered.tensors += [a3, b3]
     parts = []
     for i in range(batches):
-        ai = ctx.temp(node.name, f"a{i}", (m, k), a.scale)
-        bi = ctx.temp(node.name, f"b{i}", (k, n), b.scale)
+        ai = ctx.temp(node.name, f"a{i}", (1, m, k), a.scale)
+        bi = ctx.temp(node.name, f"b{i}", (1, k, n), b.scale)
         ci = ctx.temp(node.name, f"c{i}", (1, m, n), y.scale)
         lowered.tensors += [ai, bi, ci]
         for src, dst in ((a3, ai), (b3, bi)):
-            lowered.steps.append(CpuOp(node.name, op="slice", inputs=(src.id,), outputs=(dst.id,),
-                                       params={"axis": 0, "start": i, "end": i + 1},
-                                       reason=f"batched matmul: copy of batch {i}"))
+            lowered.steps.append(copy_range(node.name, src, dst, 0, i, f"batched matmul: copy of batch {i}"))
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
                                     stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
         parts.append(ci)

@@ -94,10 +94,6 @@ class Emulator:
             return np.take(x, idx, axis=p["axis"])
         if step.op == "layernorm":
             return kernels.layernorm(x, args[1], args[2], p["axis"], p["epsilon"], p["in_scale"], p["out_scale"])
-        if step.op == "slice":
-            index = [slice(None)] * x.ndim
-            index[p["axis"]] = slice(p["start"], p["end"])
-            return np.ascontiguousarray(x[tuple(index)])
         if step.op == "remap":
             return kernels.remap(x, p["index"], self.plan.tensors[step.outputs[0]].shape, p["value"])
         if step.op == "dwconv":

@@ -282,22 +282,6 @@ void _mlir_ciface_o2g_rt_gather(o2g_unranked_memref *x, o2g_unranked_memref *y, 
     o2g_gather((const int8_t *)vx.data, (int8_t *)vy.data, outer, (size_t)vx.sizes[axis], inner, idx, vi.count);
 }
 
-void _mlir_ciface_o2g_rt_slice(o2g_unranked_memref *x, o2g_unranked_memref *y, int64_t axis, int64_t end,
-                               int64_t start)
-{
-    const char *fn = "o2g_rt_slice";
-    struct o2g_view vx = o2g_view_of(fn, x, sizeof(int8_t), -1);
-    struct o2g_view vy = o2g_view_of(fn, y, sizeof(int8_t), -1); /* a size-1 slice may drop the axis */
-    size_t outer, inner;
-    if (axis < 0 || axis >= vx.rank || start < 0 || end < start || end > vx.sizes[axis])
-        o2g_mlir_fail(fn, "axis, start or end out of range");
-    o2g_split(&vx, (int)axis, &outer, &inner);
-    if (vy.count != outer * (size_t)(end - start) * inner)
-        o2g_mlir_fail(fn, "y does not hold the slice");
-    o2g_slice((const int8_t *)vx.data, (int8_t *)vy.data, outer, (size_t)vx.sizes[axis], inner, (size_t)start,
-              (size_t)end);
-}
-
 void _mlir_ciface_o2g_rt_remap(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *index,
                                int64_t value)
 {
@@ -491,6 +475,12 @@ void _mlir_ciface_o2g_rt_global_average(o2g_unranked_memref *input, o2g_unranked
     gemmini_fence();
 }
 
+/* The output size of Gemmini's fused max-pool (pool_stride 0: no pooling). */
+static int64_t o2g_pooled_dim(int64_t out, int64_t pool_size, int64_t pool_stride, int64_t pool_padding)
+{
+    return pool_stride ? (out + 2 * pool_padding - pool_size) / pool_stride + 1 : out;
+}
+
 void _mlir_ciface_o2g_rt_conv_dw(o2g_unranked_memref *input, o2g_unranked_memref *weights,
                                  o2g_unranked_memref *bias, o2g_unranked_memref *output,
                                  int64_t out_rows, int64_t out_cols, int64_t stride, int64_t padding,
@@ -502,8 +492,8 @@ void _mlir_ciface_o2g_rt_conv_dw(o2g_unranked_memref *input, o2g_unranked_memref
     struct o2g_view vw = o2g_view_of(fn, weights, sizeof(elem_t), 3);
     struct o2g_view vb = o2g_view_of(fn, bias, sizeof(acc_t), 1);
     struct o2g_view vo = o2g_view_of(fn, output, sizeof(elem_t), 4);
-    const int64_t prow = pool_stride ? (out_rows + 2 * pool_padding - pool_size) / pool_stride + 1 : out_rows;
-    const int64_t pcol = pool_stride ? (out_cols + 2 * pool_padding - pool_size) / pool_stride + 1 : out_cols;
+    const int64_t prow = o2g_pooled_dim(out_rows, pool_size, pool_stride, pool_padding);
+    const int64_t pcol = o2g_pooled_dim(out_cols, pool_size, pool_stride, pool_padding);
     const int c = vi.sizes[3];
     if (vw.sizes[0] != c || vw.sizes[1] != kernel_dim || vw.sizes[2] != kernel_dim || vb.sizes[0] != c ||
         vo.sizes[0] != vi.sizes[0] || vo.sizes[1] != prow || vo.sizes[2] != pcol || vo.sizes[3] != c)
@@ -526,8 +516,8 @@ void _mlir_ciface_o2g_rt_conv(o2g_unranked_memref *input, o2g_unranked_memref *w
     struct o2g_view vw = o2g_view_of(fn, weights, sizeof(elem_t), 2);
     struct o2g_view vb = o2g_view_of(fn, bias, sizeof(acc_t), 1);
     struct o2g_view vo = o2g_view_of(fn, output, sizeof(elem_t), 2);
-    const int64_t prow = pool_stride ? (out_rows + 2 * pool_padding - pool_size) / pool_stride + 1 : out_rows;
-    const int64_t pcol = pool_stride ? (out_cols + 2 * pool_padding - pool_size) / pool_stride + 1 : out_cols;
+    const int64_t prow = o2g_pooled_dim(out_rows, pool_size, pool_stride, pool_padding);
+    const int64_t pcol = o2g_pooled_dim(out_cols, pool_size, pool_stride, pool_padding);
     const int oc = vb.sizes[0];
     if (vw.sizes[0] != kernel_dim * kernel_dim * vi.sizes[3] || vw.sizes[1] != oc ||
         vo.sizes[0] != vi.sizes[0] * prow * pcol || vo.sizes[1] != oc)

@@ -80,8 +80,6 @@ void _mlir_ciface_o2g_rt_concat_into(o2g_unranked_memref *x, o2g_unranked_memref
  * key order, floats as double. */
 void _mlir_ciface_o2g_rt_gather(o2g_unranked_memref *x, o2g_unranked_memref *y, int64_t axis,
                                 o2g_unranked_memref *indices, o2g_unranked_memref *indices_shape);
-void _mlir_ciface_o2g_rt_slice(o2g_unranked_memref *x, o2g_unranked_memref *y, int64_t axis, int64_t end,
-                               int64_t start);
 /* y[i..] = x[index_d[i_d]..] or value where an index is -1; index: the per-axis maps of y's axes. */
 void _mlir_ciface_o2g_rt_remap(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *index,
                                int64_t value);

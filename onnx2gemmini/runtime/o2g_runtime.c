@@ -307,15 +307,6 @@ void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
         }
 }
 
-void o2g_slice(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
-               size_t start, size_t end)
-{
-    size_t o, i;
-    for (o = 0; o < outer; o++)
-        for (i = start * inner; i < end * inner; i++)
-            *y++ = x[o * axis_len * inner + i];
-}
-
 void o2g_remap(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
                const int64_t *index, int8_t value)
 {

@@ -78,9 +78,6 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
 /* y[o][k][i] = x[o][indices[k]][i], k < count (ONNX Gather with constant indices) */
 void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                 const int64_t *indices, size_t count);
-/* y = x[:, start:end, :] */
-void o2g_slice(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
-               size_t start, size_t end);
 /* y[i0]..[in] = x[index0[i0]]..[indexn[in]], or `value` where any index is -1 (Slice, Pad, nearest
  * Resize, ConvTranspose's zero insertion: per-axis maps). `index` concatenates the maps of every
  * axis, out_shape[d] entries for axis d; rank <= O2G_MAX_RANK. Exact. */

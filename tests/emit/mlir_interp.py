@@ -440,16 +440,12 @@ def _layernorm(x, gamma, beta, y, axis, epsilon, in_scale, out_scale):
     y[...] = kernels.layernorm(x, gamma, beta, axis, epsilon, in_scale, out_scale)
 
 
-def _slice(x, y, axis, end, start):
-    y[...] = x[(slice(None),) * axis + (slice(start, end),)]
-
-
 def _remap(x, y, index, value):
     y[...] = kernels.remap(x, [int(i) for i in index], y.shape, value)
 
 
 RUNTIME = {"o2g_rt_remap": _remap, "o2g_rt_lut": _lut, "o2g_rt_dwconv": _dwconv, "o2g_rt_affine": _affine, "o2g_rt_lrn": _lrn,
-           "o2g_rt_gather": _gather, "o2g_rt_layernorm": _layernorm, "o2g_rt_slice": _slice,
+           "o2g_rt_gather": _gather, "o2g_rt_layernorm": _layernorm,
            **{f"o2g_rt_binary_{fn}_{kinds}": _binary(fn) for fn in kernels.BINARY for kinds in ("qq", "qf", "fq")},
            "o2g_rt_quantize": _quantize, "o2g_rt_transpose": _transpose, "o2g_rt_concat_into": _concat_into, "o2g_rt_im2col": _im2col,
            "o2g_rt_maxpool": _maxpool, "o2g_rt_avgpool": _avgpool, "o2g_rt_clip": _clip,

@@ -302,7 +302,7 @@ MODELS = {
     "transpose_3d": (lambda: _unary("Transpose", shape=(2, 3, 4), perm=[2, 0, 1]), ["@o2g_rt_transpose"]),
     "depthwise_relu": (lambda: _depthwise(), ["@o2g_rt_conv_dw"]),
     "depthwise_multiplier2": (lambda: _depthwise(multiplier=2, relu=False), ["@o2g_rt_dwconv"]),
-    "grouped_conv": (lambda: _grouped(), ["@o2g_rt_slice", "@o2g_rt_concat_into"]),
+    "grouped_conv": (lambda: _grouped(), ["@o2g_rt_remap", "@o2g_rt_concat_into"]),
     "squeeze_excite_lut_binary": (lambda: se_block(), ["@o2g_rt_lut", "@o2g_rt_binary_mul_qq"]),
     "mul_constant": (lambda: _binary_const(), ["@o2g_rt_binary_mul_qf"]),
     "sub_constant": (lambda: _binary_const("Sub"), ["@o2g_rt_binary_sub_qf"]),
@@ -311,7 +311,7 @@ MODELS = {
     "gather": (lambda: _gather(), ["@o2g_rt_gather"]),
     "batched_matmul_of_activations": (lambda: infer_outputs([helper.make_node("MatMul", ["a", "b"], ["y"], name="bmm")],
                                                             {"a": [2, 3, 4], "b": [2, 4, 5]}),
-                                      ["@o2g_rt_slice", "gemmini.tile_matmul", "@o2g_rt_concat_into"]),
+                                      ["@o2g_rt_remap", "gemmini.tile_matmul", "@o2g_rt_concat_into"]),
     "layernorm": (lambda: _layernorm(), ["@o2g_rt_layernorm"]),
     "two_inputs_three_outputs": (lambda: _two_in_two_out(), ["memref.copy"]),
     **{name: (C_MODELS[name], ops) for name, ops in (

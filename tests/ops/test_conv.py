@@ -150,4 +150,4 @@ def test_grouped_and_depthwise_convs_are_exact(case):
         if on_cpu:
             assert "channel multiplier 2" in next(s.reason for s in compiled.plan.steps if s.kind == "cpu")
     else:
-        assert ops.count("slice") == GROUPED[case].get("group", 2)
+        assert ops.count("remap") == GROUPED[case].get("group", 2)
