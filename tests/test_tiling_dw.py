@@ -1,10 +1,17 @@
 """Depthwise convs: the estimate that sends them to tiled_conv_dw, and their report figures."""
 import dataclasses
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
 
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.plan import ConvDw
 from onnx2gemmini.tiling import step_costs
-from onnx2gemmini.tiling_dw import CPU_CYCLES_PER_MAC, cpu_dw_cycles, dw_dram_bytes, gemmini_dw_cycles
+from onnx2gemmini.tiling_dw import (CPU_CYCLES_PER_MAC, CPU_INSTRUCTIONS_PER_MAC, CPU_INSTRUCTIONS_PER_OUTPUT,
+                                    cpu_dw_cycles, dw_dram_bytes, gemmini_dw_cycles)
 
 STEP = ConvDw("dw", batch_size=1, in_row_dim=56, in_col_dim=56, channels=144, out_row_dim=56, out_col_dim=56,
               stride=1, padding=1, kernel_dim=3, input="x", weights="w", bias="b", output="y")
@@ -26,3 +33,30 @@ def test_report_figures_are_estimates_against_themselves():
     c = step_costs(STEP, PRESETS["default"])
     assert c["dram_bytes"] == c["baseline_dram_bytes"] and c["est_cycles"] == c["baseline_est_cycles"]
     assert 0 < c["utilization"] < 0.01 and c["cpu_est_cycles"] > c["est_cycles"]
+
+
+def _measure_script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "measure_cpu_kernels.py"
+    spec = importlib.util.spec_from_file_location("measure_cpu_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_constants_still_describe_the_runtime_kernel(tmp_path):
+    """The constants were measured on o2g_dwconv: if the kernel changes, re-run the script."""
+    missing = [t for t in ("riscv64-unknown-elf-gcc", "spike", "dtc") if shutil.which(t) is None]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the Spike measurement; missing: {', '.join(missing)}")
+        pytest.skip(f"needs {', '.join(missing)} (gcc-riscv64-unknown-elf, picolibc-riscv64-unknown-elf, "
+                    "device-tree-compiler, pip spike)")
+    script = _measure_script()
+    rows = script.run(script.build(tmp_path, "riscv64-unknown-elf-"), "spike")
+    per_mac, per_output = script.fit(rows)
+    hint = "o2g_dwconv (or the toolchain) changed: run python scripts/measure_cpu_kernels.py and update tiling_dw.py"
+    assert per_mac == pytest.approx(CPU_INSTRUCTIONS_PER_MAC, rel=0.02), hint
+    assert per_output == pytest.approx(CPU_INSTRUCTIONS_PER_OUTPUT, rel=0.02), hint
+    for r in rows:
+        predicted = CPU_INSTRUCTIONS_PER_MAC * r["macs"] + CPU_INSTRUCTIONS_PER_OUTPUT * r["outputs"]
+        assert predicted == pytest.approx(r["instret"], rel=0.10), (r, hint)
