@@ -39,6 +39,7 @@ def session(model: onnx.ModelProto, outputs: list[str] | None = None,
         for name in outputs:
             if name not in present:
                 model.graph.output.append(typed.get(name) or onnx.helper.make_empty_tensor_value_info(name))
+                present.add(name)
     options = ort.SessionOptions()
     options.graph_optimization_level = level
     options.log_severity_level = 3

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from .compiler import DEFAULT_WEIGHT_SCALES, WEIGHT_SCALES
 from .errors import CheckFailed, O2GError, UsageError
 from .version import __version__
 
@@ -44,6 +45,9 @@ def _common(f):
                      help="Cross-layer equalization of conv -> ReLU -> conv pairs before quantization."),
         click.option("--bias-correction/--no-bias-correction", default=True, show_default=True,
                      help="Correct biases for the mean error of int8 weights (uses the calibration data)."),
+        click.option("--weight-scales", type=click.Choice(WEIGHT_SCALES), default=DEFAULT_WEIGHT_SCALES,
+                     show_default=True, help="tensor: one weight scale per layer; groups: one per DIM output "
+                     "channels; channel: one per output channel (each group is its own Gemmini call)."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable summary on stdout."),
         click.option("-v", "--verbose", count=True, help="More output."),
         click.option("-q", "--quiet", is_flag=True, help="Less output."),
@@ -92,6 +96,7 @@ def cli():
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
 def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
+                weight_scales,
                 as_json, verbose, quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
@@ -103,7 +108,7 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
     check_output_dir(out, force)
     compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
                              calib_method=calib_method, command=_command_line(), tiling=tiling, equalize=equalize,
-                             bias_correction=bias_correction)
+                             bias_correction=bias_correction, weight_scales=weight_scales)
     for w in compiled.warnings:
         log.warning(w)
     for change in compiled.changes:
@@ -130,7 +135,8 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
 @click.option("--data", type=click.Path(path_type=Path),
               help="Evaluation data; with a `labels` array, accuracy is reported. Default: the calibration data.")
 @click.option("--num-samples", type=click.IntRange(min=1), help="Compare at most N samples.")
-def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction, as_json,
+def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
+             weight_scales, as_json,
              verbose, quiet, debug, data, num_samples):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
@@ -138,7 +144,7 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
     _setup_logging(verbose, quiet)
     result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
                  calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
-                 bias_correction=bias_correction)
+                 bias_correction=bias_correction, weight_scales=weight_scales)
     if as_json:
         _emit_json(result)
     elif not quiet:
@@ -176,6 +182,7 @@ def format_diff(result: dict) -> str:
 @cli.command("inspect")
 @_common
 def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
+                weight_scales,
                 as_json, verbose, quiet, debug):
     """Plan MODEL and print the per-layer table and totals; writes no code.
 
@@ -190,7 +197,7 @@ def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
     for name in names:
         compiled = compile_model(model, calib=calib, config=name, input_shape=input_shape, num_calib=num_calib,
                                  calib_method=calib_method, command=_command_line(), tiling=tiling,
-                                 equalize=equalize, bias_correction=bias_correction)
+                                 equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales)
         reports.append(build_report(compiled, compiled.timing))
         plans.append(compiled.plan.to_dict())
     if as_json:

@@ -60,8 +60,8 @@ def _layers(compiled: Compiled) -> list[_Layer]:
     for node in graph.nodes:
         steps = by_node.get(node.name, [])
         if not steps:
-            continue  # a view: no arithmetic to compare
-        inputs = [i for i in node.inputs if i and i not in graph.initializers]
+            continue  # a view, or a concat written entirely in place: no step of its own to compare
+        inputs = list(dict.fromkeys(i for i in node.inputs if i and i not in graph.initializers))  # once each
         layers.append(_Layer(node.name, node.op_type, node.outputs[0], inputs,
                              max(step_tolerance(s) for s in steps)))
     return layers

@@ -67,11 +67,14 @@ def prepare(model_path, input_shape=None, config=None, equalize: bool = False
 
 
 TILINGS = ("search", "auto")
+WEIGHT_SCALES = ("tensor", "groups", "channel")
+DEFAULT_WEIGHT_SCALES = "tensor"
 
 
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
             calib_method: str = "minmax", command: str = "", equalize: bool = True,
-            tiling: str = "search", bias_correction: bool = True) -> Compiled:
+            tiling: str = "search", bias_correction: bool = True,
+            weight_scales: str = DEFAULT_WEIGHT_SCALES) -> Compiled:
     """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options).
 
     `equalize` applies cross-layer equalization to conv -> ReLU -> conv pairs before quantization (on by
@@ -79,9 +82,14 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     `tiling`: "search" picks every matmul/conv tile (explicit-tile calls); "auto" leaves it to gemmini.h.
     `bias_correction` cancels the mean output error of int8 weights using calibration statistics (on by
     default: +0.7 to +1.0 dB in the same measurement).
+    `weight_scales`: "tensor" (one weight scale per layer), "groups" (one per DIM output channels) or
+    "channel" (one per output channel); every group of a conv or matmul is its own Gemmini call writing its
+    channels in place.
     """
     if tiling not in TILINGS:
         raise UsageError(f"--tiling: unknown value '{tiling}' (choose from {', '.join(TILINGS)})")
+    if weight_scales not in WEIGHT_SCALES:
+        raise UsageError(f"--weight-scales: unknown value '{weight_scales}' (choose from {', '.join(WEIGHT_SCALES)})")
     timing = {}
     t0 = time.perf_counter()
     loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
@@ -107,7 +115,8 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     timing["calibrate_s"] = time.perf_counter() - t
     t = time.perf_counter()
     quant = build_table(graph, amax, calib_method if data is not None else "from the model",
-                        data.num_samples if data is not None else 0, means)
+                        data.num_samples if data is not None else 0, means,
+                        {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales])
     timing["quantize_s"] = time.perf_counter() - t
     t = time.perf_counter()
     name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")

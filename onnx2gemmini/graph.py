@@ -48,7 +48,7 @@ class Graph:
     dtypes: dict[str, np.dtype]
     # Scales a pre-quantized (QDQ) model fixes: activation tensor -> scale, weight initializer -> scale.
     fixed_scales: dict[str, float] = field(default_factory=dict)
-    fixed_weight_scales: dict[str, float] = field(default_factory=dict)
+    fixed_weight_scales: dict[str, float | tuple] = field(default_factory=dict)  # (scales, axis): per channel
 
     def copy(self) -> "Graph":
         return Graph(self.name, self.opset, copy.deepcopy(self.nodes), dict(self.initializers),

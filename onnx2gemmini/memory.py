@@ -1,7 +1,8 @@
 """Static memory for activations: one arena, offsets from buffer liveness (no malloc on the target).
 
 Every int8 activation of a Plan (model outputs, temporaries, the quantized inputs) gets a fixed byte
-offset in one arena; a view (Tensor.view_of) shares its base's offset. Two buffers may share bytes when
+offset in one arena; a view (Tensor.view_of) shares its base's offset, a channel slice (Tensor.slice_of)
+starts at its first element inside its base. Two buffers may share bytes when
 their live ranges (first step writing them .. last step reading them; model outputs live to the end)
 do not overlap. The float model inputs are not in the arena: the program keeps them in their own buffers.
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+import numpy as np
 
 from .plan import Plan
 
@@ -134,5 +137,6 @@ def plan_memory(plan: Plan, alignment: int = ALIGN, search_steps: int = 400) -> 
             best, best_size = offsets, extent(offsets, sizes)
         else:
             order[i], order[j] = order[j], order[i]
-    all_offsets = {tid: best[plan.base(tid).id] for tid in arena_tensors(plan)}
+    all_offsets = {tid: best[plan.base(tid).id] + plan.elem_offset(tid) * np.dtype(plan.tensors[tid].dtype).itemsize
+                   for tid in arena_tensors(plan)}
     return MemoryPlan(all_offsets, live, best_size, bound, alignment)

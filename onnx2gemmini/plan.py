@@ -27,6 +27,8 @@ class Tensor:
     scale: float | None = None
     kind: str = "activation"        # input | activation | output | weight | bias | temp
     view_of: str | None = None      # same bytes as another tensor, only the shape differs
+    slice_of: str | None = None     # a range of the last axis of another tensor: its rows are strided
+    offset: int = 0                 # first element of that range (slices only)
 
     @property
     def onnx_shape(self) -> tuple[int, ...]:
@@ -41,6 +43,26 @@ class Tensor:
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+def base_of(tensors: dict[str, Tensor], tid: str) -> Tensor:
+    """The tensor that owns `tid`'s bytes, following views and slices."""
+    t = tensors[tid]
+    while t.view_of is not None or t.slice_of is not None:
+        t = tensors[t.view_of or t.slice_of]
+    return t
+
+
+def row_stride(tensors: dict[str, Tensor], tid: str) -> int:
+    """Elements between consecutive rows (last-axis vectors) of `tid` in its base's bytes."""
+    t = tensors[tid]
+    return row_stride(tensors, t.slice_of) if t.slice_of is not None else t.shape[-1]
+
+
+def elem_offset(tensors: dict[str, Tensor], tid: str) -> int:
+    """Elements from the start of the base to `tid`'s first element."""
+    t = tensors[tid]
+    return t.offset + elem_offset(tensors, t.slice_of) if t.slice_of is not None else 0
 
 
 @dataclass(frozen=True)
@@ -159,6 +181,12 @@ class Conv(_PooledConv, Step):
     pool_stride: int = 0
     pool_padding: int = 0
     tiles: dict | None = None  # batches, porows, pocols, pochs, krows, kcols, kchs
+    in_stride: int = 0         # elements between input pixels (0: in_channels, dense)
+    out_stride: int = 0        # elements between output pixels (0: out_channels, dense)
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_stride", self.in_stride or self.in_channels)
+        object.__setattr__(self, "out_stride", self.out_stride or self.out_channels)
 
     @property
     def macs(self) -> int:
@@ -277,10 +305,13 @@ class Plan:
     calibration: dict = field(default_factory=dict)
 
     def base(self, tensor_id: str) -> Tensor:
-        t = self.tensors[tensor_id]
-        while t.view_of is not None:
-            t = self.tensors[t.view_of]
-        return t
+        return base_of(self.tensors, tensor_id)
+
+    def row_stride(self, tensor_id: str) -> int:
+        return row_stride(self.tensors, tensor_id)
+
+    def elem_offset(self, tensor_id: str) -> int:
+        return elem_offset(self.tensors, tensor_id)
 
     def to_dict(self) -> dict:
         return {

@@ -11,6 +11,7 @@ from .ops.context import LowerContext
 from .ops.registry import lookup
 from .plan import CpuOp, Plan, Quantize, Tensor
 from .quantize import QuantTable
+from .slices import concat_in_place, restride
 
 
 def sanitize(name: str) -> str:
@@ -101,6 +102,7 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
                                params={"perm": [0, 3, 1, 2]}, reason="model outputs are written in ONNX order"))
             t = out
         outputs.append(t.id)
+    steps = [restride(s, tensors) for s in concat_in_place(tensors, steps, outputs)]
     return Plan(model_name, sha256, graph.opset, config, tensors, constants, tuple(steps), tuple(inputs),
                 tuple(outputs), {"method": quant.method, "num_samples": quant.num_samples})
 

@@ -37,7 +37,10 @@ def rewrite(model: onnx.ModelProto) -> None:
         name = node.name or node.output[0]
         x_f, w_f, y_f = f"{name}__x", f"{name}__w", f"{name}__y"
         nodes.append(helper.make_node("DequantizeLinear", [get(i) for i in xs], [x_f], name=f"{name}__dq_x"))
-        nodes.append(helper.make_node("DequantizeLinear", [get(i) for i in ws], [w_f], name=f"{name}__dq_w"))
+        trans_b = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "transB"), 0)
+        w_axis = {"Conv": 0, "MatMul": 1, "Gemm": 0 if trans_b else 1}[op]  # per-channel scales: output axis
+        nodes.append(helper.make_node("DequantizeLinear", [get(i) for i in ws], [w_f], name=f"{name}__dq_w",
+                                      axis=w_axis))
         op_inputs = [x_f, w_f]
         if get(bias):
             b_scale = f"{name}__b_scale"
@@ -45,7 +48,7 @@ def rewrite(model: onnx.ModelProto) -> None:
                 np.float32(numpy_helper.to_array(inits[get(ws[1])]))
             model.graph.initializer.append(numpy_helper.from_array(np.asarray(product, np.float32), b_scale))
             nodes.append(helper.make_node("DequantizeLinear", [get(bias), b_scale], [f"{name}__b"],
-                                          name=f"{name}__dq_b"))
+                                          name=f"{name}__dq_b", axis=0))
             op_inputs.append(f"{name}__b")
         keep = KEEP_ATTRS[op]
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if keep is None or a.name in keep}

@@ -1,10 +1,12 @@
 """Ranges (or a QDQ model's own scales) -> the QuantTable: Gemmini's symmetric int8 quantization.
 
-One float32 scale per tensor, zero point 0; weights in [-127, 127] with one scale per tensor; int32
-biases at scale s_in*s_w; the output multiplier float32(float32(s_in*s_w)/s_out) (see `multiplier`).
+One float32 scale per activation tensor, zero point 0; weights in [-127, 127] with one scale per tensor
+or per run of output channels (each run then is its own Gemmini call, since a call applies one scale);
+int32 biases at scale s_in*s_w; the output multiplier float32(float32(s_in*s_w)/s_out) (`multiplier`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,12 +44,36 @@ def quantize_array(x: np.ndarray, scale: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class WeightQuant:
-    """A node's weights in the handler's canonical float layout, quantized."""
+    """A node's weights in the handler's canonical float layout, quantized.
+
+    Per tensor, one scale. With output-channel groups, `channel_scale` holds every output channel's
+    scale (equal within a group) along `axis` of `q`; each group becomes its own Gemmini call."""
 
     q: np.ndarray                # int8, in [-127, 127]
-    scale: float
-    bias: np.ndarray | None      # int32, at scale bias_scale(s_in, scale)
+    scale: float                 # the one scale (per tensor), or the largest group scale
+    bias: np.ndarray | None      # int32, each channel at bias_scale(s_in, its scale)
     bias_scale: float
+    channel_scale: np.ndarray | None = None  # float32 per output channel; None: per tensor
+    axis: int = 0                            # output-channel axis of q (with channel_scale)
+    input_scale: float = 0.0                 # s_in, which the bias scales are products with
+
+    def groups(self) -> list[tuple[int, int, float]]:
+        """(start, stop, scale) of each run of output channels sharing a scale."""
+        if self.channel_scale is None:
+            return [(0, self.q.shape[self.axis] if self.q.ndim else 1, self.scale)]
+        runs, start = [], 0
+        cs = self.channel_scale
+        for c in range(1, len(cs) + 1):
+            if c == len(cs) or cs[c] != cs[start]:
+                runs.append((start, c, float(cs[start])))
+                start = c
+        return runs
+
+    def bias_scales(self) -> np.ndarray | float:
+        """The int32 bias's scale: one, or (with groups) one per output channel."""
+        if self.channel_scale is None:
+            return self.bias_scale
+        return np.asarray([bias_scale(self.input_scale, s) for s in self.channel_scale], np.float32)
 
 
 @dataclass(frozen=True)
@@ -57,18 +83,56 @@ class QuantTable:
     amax: dict[str, float] = field(default_factory=dict)
     method: str = "minmax"
     num_samples: int = 0
+    weight_group: int = 0                    # output channels per weight scale (0: per tensor)
+
+    def weight_scheme(self) -> str:
+        """How the weight scales were chosen, for the report."""
+        grouped = sum(wq.channel_scale is not None for wq in self.weights.values())
+        chosen = ("one per tensor" if self.weight_group == 0 else "one per output channel"
+                  if self.weight_group == 1 else f"one per {self.weight_group} output channels")
+        return f"{chosen}; {grouped} of {len(self.weights)} weighted layers use more than one scale"
 
 
-def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w: float | None = None) -> WeightQuant:
-    """Symmetric int8 weights (scale from the data unless given) and int32 bias at s_in*s_w."""
+def group_scales(w: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """One scale per run of `size` output channels (along `axis`), from each run's largest magnitude."""
+    amax = np.max(np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)), axis=1) if w.size else \
+        np.zeros(w.shape[axis])
+    scales = np.empty(w.shape[axis], np.float32)
+    for start in range(0, w.shape[axis], size):
+        scales[start:start + size] = scale_for(float(np.max(amax[start:start + size])))
+    return scales
+
+
+def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w=None, axis: int | None = None,
+                     group: int = 0) -> WeightQuant:
+    """Symmetric int8 weights and int32 bias at s_in*s_w.
+
+    `s_w` is a given scale (a float, or one per output channel along `axis`); without it the scale comes
+    from the data: per tensor, or with `group` > 0 one per run of `group` output channels along `axis`."""
+    if s_w is None and axis is not None and group > 0:
+        s_w = group_scales(w, axis, group)
     if s_w is None:
         s_w = scale_for(float(np.max(np.abs(w))) if w.size else 0.0)
-    q = np.clip(np.rint(w.astype(np.float32) / np.float32(s_w)), -INT8_MAX, INT8_MAX).astype(np.int8)
-    sb = bias_scale(s_in, s_w)
-    bias = None
-    if b is not None:
-        bias = np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32)
-    return WeightQuant(q, s_w, bias, sb)
+    per_channel = np.ndim(s_w) > 0 and len(set(np.asarray(s_w, np.float32).tolist())) > 1
+    if np.ndim(s_w) > 0 and not per_channel:
+        s_w = float(np.asarray(s_w, np.float32).reshape(-1)[0])
+    if not per_channel:
+        q = np.clip(np.rint(w.astype(np.float32) / np.float32(s_w)), -INT8_MAX, INT8_MAX).astype(np.int8)
+        sb = bias_scale(s_in, s_w)
+        bias = None
+        if b is not None:
+            bias = np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32)
+        return WeightQuant(q, float(s_w), bias, sb, input_scale=s_in)
+    cs = np.asarray(s_w, np.float32).reshape(-1)
+    shape = [1] * w.ndim
+    shape[axis] = len(cs)
+    q = np.clip(np.rint(w.astype(np.float32) / cs.reshape(shape)), -INT8_MAX, INT8_MAX).astype(np.int8)
+    wq = WeightQuant(q, float(cs.max()), None, bias_scale(s_in, float(cs.max())), cs, axis, s_in)
+    if b is None:
+        return wq
+    sb = wq.bias_scales().astype(np.float64)
+    bias = np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32)
+    return dataclasses.replace(wq, bias=bias)
 
 
 def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
@@ -115,19 +179,43 @@ def propagate_fixed_scales(graph: Graph, order, handlers) -> dict[str, float]:
 
 def corrected_bias(w: np.ndarray, b: np.ndarray | None, wq: WeightQuant, shift_of) -> np.ndarray | None:
     """Bias correction (Nagel et al. 2019, empirical): subtract the mean output error of the int8 weights."""
-    error = wq.q.astype(np.float64) * np.float64(np.float32(wq.scale)) - w.astype(np.float64)
+    scale = np.float64(np.float32(wq.scale))
+    if wq.channel_scale is not None:
+        shape = [1] * w.ndim
+        shape[wq.axis] = -1
+        scale = wq.channel_scale.astype(np.float64).reshape(shape)
+    error = wq.q.astype(np.float64) * scale - w.astype(np.float64)
     shift = shift_of(error)
     if shift is None:
         return b
     return ((0.0 if b is None else b.astype(np.float64)) - shift).astype(np.float32)
 
 
+def fixed_weight_scale(graph: Graph, handler, view: NodeView):
+    """A pre-quantized model's weight scale: a float, or one per output channel when the model's
+    DequantizeLinear axis is the handler's output-channel axis (anything else is refused)."""
+    name = handler.weight_input(view) or ""
+    if name not in graph.fixed_weight_scales:
+        return None
+    scale = graph.fixed_weight_scales[name]
+    if not isinstance(scale, tuple):
+        return scale
+    values, axis = scale
+    axes = handler.channel_axis(view)
+    if axes is None or axes[0] != axis % len(view.shape(name)):
+        raise UnsupportedError(f"tensor '{name}': per-channel scales along axis {axis}; {view.op_type} "
+                               f"'{view.name}' can only split its output channels into separate Gemmini calls")
+    return values
+
+
 def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int,
-                means: dict | None = None) -> QuantTable:
+                means: dict | None = None, weight_group: int = 0) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order.
 
     With `means` (per-channel input means from calibration) biases are corrected for the mean error
-    of the int8 weights, except where a pre-quantized model fixes the weights.
+    of the int8 weights, except where a pre-quantized model fixes the weights. `weight_group` > 0 gives
+    every run of that many output channels its own weight scale, where the handler can split its output
+    channels into separate Gemmini calls (`Handler.channel_axis`).
     """
     from .ops.registry import lookup  # handlers depend on this module
 
@@ -166,10 +254,14 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         if float_w is not None:
             w, b = float_w
             view = NodeView(node, graph)
-            fixed_w = graph.fixed_weight_scales.get(handler.weight_input(view) or "")
-            wq = quantize_weights(w, b, scales[activations[0]], fixed_w)
+            fixed_w = fixed_weight_scale(graph, handler, view)
+            axes = handler.channel_axis(view)
+            axis = axes[1] if axes else None
+            s_in = scales[activations[0]]
+            wq = quantize_weights(w, b, s_in, fixed_w, axis, weight_group)
             if means and fixed_w is None and activations[0] in means:
                 b = corrected_bias(w, b, wq, lambda e: handler.output_shift(view, e, means[activations[0]]))
-                wq = quantize_weights(w, b, scales[activations[0]], wq.scale)
+                same = wq.channel_scale if wq.channel_scale is not None else wq.scale
+                wq = quantize_weights(w, b, s_in, same, axis)
             weights[node.name] = wq
-    return QuantTable(scales, weights, dict(amax), method, num_samples)
+    return QuantTable(scales, weights, dict(amax), method, num_samples, weight_group)

@@ -30,10 +30,15 @@ def compiled_plan(name: str) -> Plan:
 
 def assert_valid(plan: Plan, mem):
     for tid, off in mem.offsets.items():
-        t = plan.tensors[tid]
+        t, base = plan.tensors[tid], plan.base(tid)
+        if t.slice_of:  # a channel range inside its base: starts at its first element, ends inside
+            assert off == mem.offsets[base.id] + plan.elem_offset(tid) * np.dtype(t.dtype).itemsize, tid
+            last_row = (t.nbytes // t.shape[-1] - 1) * plan.row_stride(tid) + t.shape[-1]
+            assert plan.elem_offset(tid) + last_row <= int(np.prod(base.shape)), tid
+            continue
         assert off % ALIGN == 0 and off + t.nbytes <= mem.arena_bytes, tid
         if t.view_of:
-            assert off == mem.offsets[plan.base(tid).id]
+            assert off == mem.offsets[base.id]
     bases = sorted(mem.live)
     for i, a in enumerate(bases):
         for b in bases[i + 1:]:

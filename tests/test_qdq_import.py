@@ -1,5 +1,6 @@
-"""Models that arrive quantized (QDQ): compiled with their own scales, bit-exact with onnxruntime on them;
-what Gemmini cannot express (per-channel, asymmetric) is refused naming the tensor."""
+"""Models that arrive quantized (QDQ): compiled with their own scales, bit-exact with onnxruntime on them
+(per-channel weights as one Gemmini call per run of equal scales); what Gemmini cannot express
+(asymmetric activations, per-channel activations) is refused naming the tensor."""
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ def assert_bit_exact_with_onnxruntime(path, n=100):
     x = np.load(ROOT / "digits_eval.npz")["input"][:n]
     ref = np.stack([np.rint(sess.run(None, {"input": x[i:i + 1]})[0] / np.float32(scale)) for i in range(n)])
     np.testing.assert_array_equal(int8_outputs(compiled, n), ref.astype(np.int8))
+    return compiled
 
 
 def test_onnxruntime_qdq_model_is_compiled_bit_exact(tmp_path):
@@ -69,11 +71,36 @@ def test_our_own_qdq_model_round_trips(tmp_path):
     np.testing.assert_array_equal(int8_outputs(first, 50), int8_outputs(second, 50))
 
 
-def test_per_channel_weights_are_refused_naming_the_tensor(tmp_path):
-    path = ort_quantized(tmp_path, per_channel=True)
-    with pytest.raises(o2g.UnsupportedError, match="per-channel scales") as err:
-        o2g.compile(path)
-    assert "tensor '" in str(err.value)
+@pytest.mark.parametrize("quant_format", [QuantFormat.QDQ, QuantFormat.QOperator], ids=["qdq", "qoperator"])
+def test_per_channel_weights_are_mapped_exactly(tmp_path, quant_format):
+    path = ort_quantized(tmp_path, per_channel=True, quant_format=quant_format)
+    compiled = assert_bit_exact_with_onnxruntime(path)
+    # one Gemmini call per run of output channels sharing a scale, each writing its channels in place
+    for name, wq in compiled.quant.weights.items():
+        calls = [s for s in compiled.plan.steps if s.node == name and s.kind in ("conv", "matmul")]
+        assert len(calls) == len(wq.groups()) > 1, name
+        assert all(compiled.plan.tensors[s.output if s.kind == "conv" else s.C].slice_of for s in calls)
+
+
+def test_per_channel_weights_on_another_axis_are_refused(tmp_path):
+    """Scales along a conv's input channels cannot become separate calls: refused naming the weights."""
+    from onnx import TensorProto, helper, numpy_helper
+    inits = [numpy_helper.from_array(np.ones((4, 4, 1, 1), np.int8), "wq"),
+             numpy_helper.from_array(np.array([0.1, 0.2, 0.3, 0.4], np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
+             numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=1),
+             helper.make_node("Conv", ["xd", "w"], ["c"], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "axis1.onnx")
+    with pytest.raises(o2g.UnsupportedError, match="per-channel scales along axis 1") as err:
+        o2g.compile(tmp_path / "axis1.onnx")
+    assert "tensor 'w'" in str(err.value)
 
 
 def test_asymmetric_activations_are_refused_naming_the_tensor(tmp_path):

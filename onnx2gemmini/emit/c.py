@@ -298,7 +298,9 @@ class CProgram:
                 expr = f"({p}_arena + {self.memory.offsets[tid]})"
                 if ctype != "elem_t":
                     expr = f"(({ctype} *)(void *){expr})"
-                view = f", view of {plan.base(tid).id}" if t.view_of else ""
+                view = (f", view of {plan.base(tid).id}" if t.view_of else
+                        f", channels {t.offset}.. of {t.slice_of} (rows {plan.row_stride(tid)} apart)"
+                        if t.slice_of else "")
                 lines.append(f"#define {self.tensor_sym[tid]} {expr} /* {t.dtype} {dims(t.shape)} {t.layout}"
                              f"{safe_comment_text(view)} */")
         lines += ["", "/* Model inputs, float32 in ONNX layout. */"]
@@ -420,16 +422,19 @@ class CProgram:
                 (f"{s.out_channels}, {s.out_row_dim}, {s.out_col_dim}", "out_channels, out_row_dim, out_col_dim"),
                 (f"{s.stride}, {s.input_dilation}, {s.kernel_dilation}, {s.padding}, {s.kernel_dim}",
                  "stride, input_dilation, kernel_dilation, padding, kernel_dim")]
-        if s.tiles:
-            args.append((f"{s.in_channels}, {s.out_channels}, {s.out_channels}",
-                         "in_stride, weight_stride, out_stride"))
+        strided = (s.in_stride, s.out_stride) != (s.in_channels, s.out_channels)
+        if s.tiles or strided:
+            args.append((f"{s.in_stride}, {s.out_channels}, {s.out_stride}", "in_stride, weight_stride, out_stride"))
+        if strided:
+            head.append(f"channel slices: input pixels {s.in_stride} apart, output pixels {s.out_stride} apart")
         args.append(("false, false, false, false, false",
                      "wrot180, trans_output_1203, trans_input_3120, trans_weight_1203, trans_weight_0132"))
         if s.tiles:
             args.append((self.tiles(s, CONV_TILES), ", ".join(CONV_TILES)))
         args.append((f"{self.ptr(s.input)}, {self.ptr(s.weights)}, {bias}, {self.ptr(s.output)}",
                      "input, weights, bias, output"))
-        return head, self.call("tiled_conv" if s.tiles else "tiled_conv_auto", args + tail)
+        name = "tiled_conv" if s.tiles else "tiled_conv_stride_auto" if strided else "tiled_conv_auto"
+        return head, self.call(name, args + tail)
 
     def conv_dw(self, s: ConvDw):
         act, head = self.conv_head(s, "depthwise conv", s.channels, s.channels)

@@ -152,9 +152,13 @@ class CpuPrinter:
     def op_binary(self, s, p):
         out_shape = self.shape(s.outputs[0])
         operands = []
-        for tid, scale in zip(s.inputs, p["in_scales"]):
+        for tid, scale, in_place in zip(s.inputs, p["in_scales"], p.get("in_place", [False] * len(s.inputs))):
             strides = ints(broadcast_strides(self.shape(tid), out_shape)) or "0"
             is_float = int(scale is None)
+            if in_place:
+                lines.append(f"/* channels {offset}..{offset + n - 1}: written in place by their producer */")
+                offset += n
+                continue
             operands.append(f"&(const struct o2g_operand){{{self.ptr(tid)}, {is_float}, "
                             f"{c_float(1.0 if scale is None else scale)}, (const int[]){{{strides}}}}}")
         return [f"o2g_binary({BINARY_FNS[p['fn']]},", f"    {operands[0]},", f"    {operands[1]},",

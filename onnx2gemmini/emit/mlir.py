@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..plan import Conv, Matmul, Plan, Step
+from ..slices import densify
 from .banner import banner_lines
 from .mlir_runtime import Arg, Array, RuntimeCall, runtime_calls
 from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, comment_text, dense, element_type, f32_attr,
@@ -60,8 +61,9 @@ def conv_needs_runtime(step: Conv) -> str:
 
 
 def emit_mlir(plan: Plan, command: str = "") -> str:
+    """The module text. The tile ops take dense memrefs, so channel slices become copies here."""
     check_config(plan.config)
-    return _Module(plan).text(command)
+    return _Module(densify(plan)).text(command)
 
 
 def write_mlir(plan: Plan, path: "str | Path", command: str = "") -> None:

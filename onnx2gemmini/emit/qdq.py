@@ -46,18 +46,24 @@ class _Builder:
         """A conv/gemm weight or bias input: DQ of the int values, or the float initializer (float mode)."""
         if self.quant is None:
             return self.operand(node.inputs[index]) if index < len(node.inputs) else ""
-        wq = self.quant.weights[node.name]
-        if role == "W":
-            return self.dq_const(f"{node.name}__W", wq.q, wq.scale)
-        return self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale) if wq.bias is not None else ""
+        return self.dq_weights(node.name, self.quant.weights[node.name], role)
 
-    def dq_const(self, base: str, q: np.ndarray, scale: float) -> str:
-        zero = np.zeros((), np.int32 if q.dtype == np.int32 else np.int8)
+    def dq_weights(self, name: str, wq, role: str) -> str:
+        """DQ of the int8 weights ("W") or int32 bias ("B"); per output channel with weight-scale groups."""
+        if role == "W":
+            grouped = wq.channel_scale is not None
+            return self.dq_const(f"{name}__W", wq.q, wq.channel_scale if grouped else wq.scale, wq.axis)
+        return self.dq_const(f"{name}__B", wq.bias, wq.bias_scales(), 0) if wq.bias is not None else ""
+
+    def dq_const(self, base: str, q: np.ndarray, scale, axis: int = 0) -> str:
+        """DequantizeLinear of a constant: one scale, or one per slice along `axis`; zero points 0."""
+        scale = np.asarray(scale, np.float32)
+        zero = np.zeros(scale.shape, np.int32 if q.dtype == np.int32 else np.int8)
         self.init(f"{base}__q", q)
-        self.init(f"{base}__scale", np.float32(scale))
+        self.init(f"{base}__scale", scale)
         self.init(f"{base}__zp", zero)
         self.node("DequantizeLinear", [f"{base}__q", f"{base}__scale", f"{base}__zp"], [f"{base}__dq"],
-                  name=f"{base}__DequantizeLinear")
+                  name=f"{base}__DequantizeLinear", **({"axis": axis} if scale.ndim else {}))
         return f"{base}__dq"
 
     def qdq(self, preq: str, tensor: str, scale_of: str | None = None) -> None:
@@ -130,10 +136,9 @@ class _Builder:
             self.activation_chain(node, raw)
         elif op in ("Gemm", "MatMul"):
             wq = self.quant.weights[node.name]
-            w = self.dq_const(f"{node.name}__W", wq.q, wq.scale)
-            gemm_in = [ins[0], w]
+            gemm_in = [ins[0], self.dq_weights(node.name, wq, "W")]
             if wq.bias is not None:
-                gemm_in.append(self.dq_const(f"{node.name}__B", wq.bias, wq.bias_scale))
+                gemm_in.append(self.dq_weights(node.name, wq, "B"))
             in_shape = self.graph.shapes[self.original.get(ins[0], ins[0])]
             out_shape = self.graph.shapes[out]
             if len(in_shape) != 2:

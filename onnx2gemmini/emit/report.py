@@ -95,7 +95,8 @@ def build_report(compiled, timing: dict) -> dict:
     ideal = -(-macs_gemmini // (dim * dim))
     est = _sum_or_none(rows, "est_cycles")
     activation_bytes = sum(plan.tensors[t].nbytes for t in plan.tensors
-                           if plan.tensors[t].view_of is None and plan.tensors[t].kind in ("activation", "temp", "output")
+                           if plan.tensors[t].view_of is None and plan.tensors[t].slice_of is None
+                           and plan.tensors[t].kind in ("activation", "temp", "output")
                            and plan.tensors[t].dtype == "int8")
     weight_bytes = sum(int(v.nbytes) for v in plan.constants.values())
     loaded = compiled.loaded
@@ -110,7 +111,8 @@ def build_report(compiled, timing: dict) -> dict:
         },
         "config": plan.config.to_dict(),
         "quantization": {"method": compiled.quant.method, "num_samples": compiled.quant.num_samples,
-                         "scheme": "symmetric int8, zero point 0, per-tensor scales, int32 bias at s_in*s_w"},
+                         "scheme": "symmetric int8, zero point 0, per-tensor activation scales, int32 bias at "
+                                   "s_in*s_w", "weight_scales": compiled.quant.weight_scheme()},
         "passes": compiled.changes,
         "warnings": compiled.warnings,
         "layers": rows,

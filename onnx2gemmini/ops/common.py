@@ -63,6 +63,21 @@ def matmul(node: NodeView, ctx: LowerContext, a: Tensor, I: int, K: int, c: Tens
     return Lowered([step], [], constants)
 
 
+def grouped_matmul(node: NodeView, ctx: LowerContext, a: Tensor, I: int, K: int, y: Tensor, wq) -> Lowered:
+    """`matmul` with weights [K][J] quantized per tensor, or one tiled_matmul per run of output columns
+    sharing a weight scale, each writing its columns of `y` in place (rows strided by J)."""
+    groups = wq.groups()
+    if len(groups) == 1:
+        return matmul(node, ctx, a, I, K, y, wq.q, wq.bias, a.scale, wq.scale)
+    lowered = Lowered()
+    for k, (start, stop, scale) in enumerate(groups):
+        part = ctx.channel_slice(node.name, f"out_s{k}", y, start, stop - start, y.scale)
+        lowered.tensors.append(part)
+        bias = None if wq.bias is None else wq.bias[start:stop]
+        lowered.add(matmul(node, ctx, a, I, K, part, wq.q[:, start:stop], bias, a.scale, scale, f"_s{k}"))
+    return lowered
+
+
 def copy_range(node_name: str, src: Tensor, dst: Tensor, axis: int, start: int, reason: str) -> CpuOp:
     """A contiguous range of one storage axis of `src` copied into `dst` (same rank), as a remap."""
     maps = [list(range(start, start + dst.shape[a])) if a == axis else list(range(n))

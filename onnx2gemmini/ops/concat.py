@@ -1,5 +1,6 @@
 """Concat: an int8 copy on the CPU. Its inputs share its scale when quantize.py could tie them (then the
-copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requantized on the way."""
+copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requantized on the way.
+After lowering, slices.concat_in_place lets Gemmini producers write their channels in place instead."""
 from __future__ import annotations
 
 from ..graph import NodeView
@@ -13,8 +14,10 @@ NCHW_TO_NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
 
 @handler("Concat", since=4)
 class ConcatHandler(Handler):
-    gemmini = "none: an int8 copy into the output (inputs share the output's scale)"
-    limits = "inputs with a different fixed scale are requantized (1 LSB tolerance)"
+    gemmini = ("none: inputs that a Gemmini matmul/conv produces are written in place into their channel range "
+               "(strided rows, zero copy); the rest is an int8 copy (inputs share the output's scale)")
+    limits = ("in place only on the channel (last storage) axis, for inputs read by nothing but Gemmini convs and "
+              "matmuls; inputs with a different fixed scale are requantized (1 LSB tolerance)")
     output_scale = "shared"
 
     def check(self, node, ctx):

@@ -44,5 +44,12 @@ class LowerContext:
         tid = f"{self.node_ids[node_name]}__{suffix}"
         return Tensor(tid, "", tuple(shape), dtype, layout, scale, kind, view_of)
 
+    def channel_slice(self, node_name: str, suffix: str, parent: Tensor, start: int, width: int,
+                      scale: float | None) -> Tensor:
+        """Channels [start, start+width) of `parent` (its last storage axis), in place: no copy."""
+        tid = f"{self.node_ids[node_name]}__{suffix}"
+        return Tensor(tid, "", parent.shape[:-1] + (width,), parent.dtype, parent.layout, scale, "temp",
+                      slice_of=parent.id, offset=start)
+
     def const_id(self, node_name: str, suffix: str) -> str:
         return f"{self.node_ids[node_name]}__{suffix}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import NodeView
-from ..plan import Conv, ConvDw, CpuOp
+from ..plan import Conv, ConvDw, CpuOp, Tensor
 from ..quantize import multiplier
 from ..tiling_dw import cpu_dw_cycles, gemmini_dw_cycles
 from .common import activation_code, copy_range, matmul, to_nhwc
@@ -74,10 +74,13 @@ def direct_conv_reasons(g: dict, fused_pool: bool) -> list[str]:
 
 @handler("Conv", since=1)
 class ConvHandler(Handler):
-    gemmini = ("tiled_conv_auto (fused ReLU / Clip(0,hi) / max-pool); 1x1 convs as tiled_matmul_auto; "
-               "groups as one Gemmini call per group")
+    gemmini = ("tiled_conv (fused ReLU / Clip(0,hi) / max-pool); 1x1 convs as tiled_matmul; groups, and runs of "
+               "output channels with their own weight scale, as one call each over strided channel slices "
+               "(tiled_conv_stride_auto strides); depthwise convs as tiled_conv_dw_auto")
     limits = ("2-D; non-square kernels, unequal strides, asymmetric padding or dilation run as CPU im2col + "
-              "tiled_matmul_auto; depthwise convs run as an exact int8 kernel on the CPU")
+              "tiled_matmul; depthwise convs run on an exact int8 CPU kernel when the cost estimate says so or "
+              "Gemmini cannot take them (channel multiplier, geometry); per-channel weight scales of a depthwise "
+              "conv need a channel copy per run; a channel multiplier keeps one weight scale")
 
     def check(self, node, ctx):
         return weight_reasons(node, "convolutions")
@@ -106,34 +109,101 @@ class ConvHandler(Handler):
         lowered.tensors.append(y)
         wq = ctx.weight(node.name)
         groups = node.attr("group", 1)
-        if groups == 1:
-            return lowered.add(self._lower_one(node, ctx, x, y, wq.q, wq.bias, wq.scale, ""))
-        ic = x.shape[3]
-        if wq.q.shape[1] == 1 and groups == ic:
-            return lowered.add(self._lower_depthwise(node, ctx, x, y, wq))
-        return lowered.add(self._lower_groups(node, ctx, x, y, wq, groups))
+        if groups > 1 and wq.q.shape[1] == 1 and groups == x.shape[3]:
+            return lowered.add(self._lower_depthwise_runs(node, ctx, x, y, wq))
+        return lowered.add(self._lower_ranges(node, ctx, x, y, wq, groups))
 
-    def _lower_groups(self, node, ctx, x, y, wq, groups) -> Lowered:
-        """One Gemmini conv per group on a CPU-sliced copy of its input channels, then a channel concat."""
+    def channel_axis(self, node):
+        """Output channels (axis 0 of OIHW); a depthwise conv with a channel multiplier keeps one scale,
+        since its runs of output channels would have to cover whole input channels."""
+        group, w = node.attr("group", 1), node.shape(node.input("W"))
+        multiplier = group > 1 and group == node.shape(node.input("X"))[1] and w[0] != group
+        return None if multiplier else (0, 0)
+
+    def _lower_depthwise_runs(self, node, ctx, x, y, wq) -> Lowered:
+        """A depthwise conv per run of channels sharing a weight scale. tiled_conv_dw takes neither channel
+        strides nor more than one scale, so each run works on a CPU copy of its channels, joined by a concat."""
+        runs = wq.groups()
+        if len(runs) == 1:
+            return self._lower_depthwise(node, ctx, x, y, wq.q, wq.bias, wq.scale, "")
         lowered = Lowered()
-        n, h, w, ic = x.shape
-        icg, ocg = ic // groups, wq.q.shape[0] // groups
         parts = []
-        for g in range(groups):
-            xs = ctx.temp(node.name, f"in_g{g}", (n, h, w, icg), x.scale, layout="NHWC")
-            ys = ctx.temp(node.name, f"out_g{g}", y.shape[:3] + (ocg,), y.scale, layout="NHWC")
+        for k, (start, stop, s_w) in enumerate(runs):
+            xs = ctx.temp(node.name, f"in_r{k}", x.shape[:3] + (stop - start,), x.scale, layout="NHWC")
+            ys = ctx.temp(node.name, f"out_r{k}", y.shape[:3] + (stop - start,), y.scale, layout="NHWC")
             lowered.tensors += [xs, ys]
-            lowered.steps.append(copy_range(node.name, x, xs, 3, g * icg,
-                                            f"grouped conv (group={groups}): copy of group {g}'s input channels"))
-            bias = None if wq.bias is None else wq.bias[g * ocg:(g + 1) * ocg]
-            lowered.add(self._lower_one(node, ctx, xs, ys, wq.q[g * ocg:(g + 1) * ocg], bias, wq.scale, f"_g{g}"))
+            lowered.steps.append(copy_range(node.name, x, xs, 3, start, f"depthwise conv: copy of channels "
+                                            f"{start}..{stop - 1}, which have their own weight scale"))
+            bias = None if wq.bias is None else wq.bias[start:stop]
+            lowered.add(self._lower_depthwise(node, ctx, xs, ys, wq.q[start:stop], bias, s_w, f"_r{k}"))
             parts.append(ys)
         lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y.id,),
-                                   params={"axis": 3, "in_scales": [y.scale] * groups, "out_scale": y.scale},
-                                   reason=f"grouped conv (group={groups}): the groups' outputs joined on channels"))
+                                   params={"axis": 3, "in_scales": [y.scale] * len(parts), "out_scale": y.scale},
+                                   reason=f"depthwise conv: {len(parts)} runs of channels with their own weight "
+                                          "scale joined on channels"))
         return lowered
 
-    def _lower_depthwise(self, node, ctx, x, y, wq) -> Lowered:
+    def _lower_ranges(self, node, ctx, x, y, wq, groups, g: dict | None = None) -> Lowered:
+        """One Gemmini call per run of output channels sharing a conv group and a weight scale (one call
+        in all for a plain per-tensor conv). Each reads its group's input channels and writes its output
+        channels in place (rows strided by the full channel count); when a CPU im2col or CPU max-pool is
+        involved the runs work on copies instead, joined by a channel concat. `g`: the geometry (default:
+        the node's own, see `geometry`)."""
+        oc = wq.q.shape[0]
+        icg, ocg = x.shape[3] // groups, oc // groups
+        scales = wq.groups()
+        bounds = sorted({k * ocg for k in range(groups)} | {start for start, _, _ in scales} | {oc})
+        if len(bounds) == 2:
+            return self._lower_one(node, ctx, x, y, wq.q, wq.bias, wq.scale, "", g)
+        lowered = Lowered()
+        in_place = self._gemmini_only(node, g or geometry(node))
+        by_group = len(bounds) == groups + 1
+        inputs: dict[int, Tensor] = {}
+        parts = []
+        for k, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+            group = start // ocg
+            tag = f"g{group}" if by_group else f"r{k}"
+            if group not in inputs:
+                inputs[group] = x if groups == 1 else self._group_input(node, ctx, x, group, icg, in_place, lowered)
+            if in_place:
+                part = ctx.channel_slice(node.name, f"out_{tag}", y, start, stop - start, y.scale)
+            else:
+                part = ctx.temp(node.name, f"out_{tag}", y.shape[:3] + (stop - start,), y.scale, layout="NHWC")
+            lowered.tensors.append(part)
+            s_w = next(s for a, b, s in scales if a <= start < b)
+            bias = None if wq.bias is None else wq.bias[start:stop]
+            lowered.add(self._lower_one(node, ctx, inputs[group], part, wq.q[start:stop], bias, s_w, f"_{tag}", g))
+            parts.append(part)
+        if not in_place:
+            lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y.id,),
+                                       params={"axis": 3, "in_scales": [y.scale] * len(parts),
+                                               "out_scale": y.scale},
+                                       reason=f"{len(parts)} runs of output channels (conv groups {groups}, "
+                                              f"weight-scale groups {len(scales)}) joined on channels"))
+        return lowered
+
+    @staticmethod
+    def _group_input(node, ctx, x, g, icg, in_place, lowered) -> Tensor:
+        """Conv group g's input channels: a strided slice of x, or a copy for a CPU im2col."""
+        if in_place:
+            xs = ctx.channel_slice(node.name, f"in_g{g}", x, g * icg, icg, x.scale)
+        else:
+            n, h, w, _ = x.shape
+            xs = ctx.temp(node.name, f"in_g{g}", (n, h, w, icg), x.scale, layout="NHWC")
+            lowered.steps.append(copy_range(node.name, x, xs, 3, g * icg,
+                                            f"grouped conv: copy of group {g}'s input channels for a CPU im2col"))
+        lowered.tensors.append(xs)
+        return xs
+
+    @staticmethod
+    def _gemmini_only(node: NodeView, g: dict) -> bool:
+        """Whether `_lower_one` gives Gemmini steps only (a matmul or one tiled_conv), which can read and
+        write strided channel slices; CPU im2col and CPU max-pool need dense buffers."""
+        kernel_1x1 = g["kernel"] == [1, 1] and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0]
+        pool = node.fused.get("pool")
+        return (kernel_1x1 and not pool) or not direct_conv_reasons(g, pool is not None)
+
+    def _lower_depthwise(self, node, ctx, x, y, q, bias, s_w, suffix) -> Lowered:
         """tiled_conv_dw on Gemmini when it can take the geometry and the estimate says it is faster,
         else an exact int8 depthwise kernel on the CPU (the same arithmetic)."""
         lowered = Lowered()
@@ -141,18 +211,19 @@ class ConvHandler(Handler):
         pool = node.fused.get("pool")
         n, h, w, c = x.shape
         oh, ow = self._out_dims(h, w, g)
-        oc, _, kh, kw = wq.q.shape
-        scale = multiplier(x.scale, wq.scale, y.scale)
+        oc, _, kh, kw = q.shape
+        scale = multiplier(x.scale, s_w, y.scale)
         reasons = direct_conv_reasons(g, pool is not None)
         if oc != c:
             reasons.append(f"channel multiplier {oc // c}")
         if not ctx.config.has_dw_convs:
             reasons.append(f"config {ctx.config.name} has no depthwise convs")
-        w_id, b_id = ctx.const_id(node.name, "W"), ctx.const_id(node.name, "b") if wq.bias is not None else None
+        w_id = ctx.const_id(node.name, "W" + suffix)
+        b_id = ctx.const_id(node.name, "b" + suffix) if bias is not None else None
         if b_id:
-            lowered.constants[b_id] = wq.bias
+            lowered.constants[b_id] = bias
         if not reasons:
-            dw_bias = ctx.const_id(node.name, "b")  # always passed: zeros when the model has none
+            dw_bias = ctx.const_id(node.name, "b" + suffix)  # always passed: zeros when the model has none
             step = ConvDw(node.name, batch_size=n, in_row_dim=h, in_col_dim=w, channels=c, out_row_dim=oh,
                           out_col_dim=ow, stride=g["strides"][0], padding=g["pads"][0], kernel_dim=kh,
                           input=x.id, weights=w_id, bias=dw_bias, output=y.id, act=activation_code(node),
@@ -160,15 +231,15 @@ class ConvHandler(Handler):
                           pool_stride=pool["stride"] if pool else 0, pool_padding=pool["padding"] if pool else 0)
             on_gemmini, on_cpu = gemmini_dw_cycles(step, ctx.config), cpu_dw_cycles(step)
             if on_gemmini <= on_cpu:
-                lowered.constants[w_id] = np.ascontiguousarray(wq.q.reshape(c, kh, kw))  # [C][KH][KW]
-                lowered.constants[dw_bias] = wq.bias if wq.bias is not None else np.zeros(c, np.int32)
+                lowered.constants[w_id] = np.ascontiguousarray(q.reshape(c, kh, kw))  # [C][KH][KW]
+                lowered.constants[dw_bias] = bias if bias is not None else np.zeros(c, np.int32)
                 lowered.steps.append(step)
                 return lowered
             reasons.append(f"estimated {on_cpu:,} CPU cycles against {on_gemmini:,} on Gemmini")
-        lowered.constants[w_id] = np.ascontiguousarray(wq.q.reshape(oc, kh, kw).transpose(1, 2, 0))  # [KH][KW][OC]
+        lowered.constants[w_id] = np.ascontiguousarray(q.reshape(oc, kh, kw).transpose(1, 2, 0))  # [KH][KW][OC]
         conv_out = y
         if pool:
-            conv_out = ctx.temp(node.name, "unpooled", (n, oh, ow, oc), y.scale, layout="NHWC")
+            conv_out = ctx.temp(node.name, "unpooled" + suffix, (n, oh, ow, oc), y.scale, layout="NHWC")
             lowered.tensors.append(conv_out)
         inputs = (x.id, w_id) + ((b_id,) if b_id else ())
         lowered.steps.append(CpuOp(node.name, op="dwconv", inputs=inputs, outputs=(conv_out.id,),
@@ -193,8 +264,7 @@ class ConvHandler(Handler):
         # [KH][KW][IC][OC]: the row order of Gemmini's conv weights and of our im2col columns.
         w_hwio = np.ascontiguousarray(w_oihw.transpose(2, 3, 1, 0).reshape(kh * kw * ic, oc))
         reasons = direct_conv_reasons(g, pool is not None)
-        pointwise = kh == kw == 1 and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0] and not pool
-        if pointwise:
+        if kh == kw == 1 and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0] and not pool:
             return lowered.add(matmul(node, ctx, x, n * h * w, ic, y, w_hwio, bias, s_in, s_w, suffix))
         if not reasons:
             w_id = ctx.const_id(node.name, "W" + suffix)

@@ -9,7 +9,7 @@ import numpy as np
 from ..graph import NodeView
 from ..plan import CpuOp, Matmul, Tensor
 from ..quantize import multiplier
-from .common import activation_code, copy_range, matmul, to_plain
+from .common import activation_code, copy_range, grouped_matmul, matmul, to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -26,7 +26,8 @@ def _bias_vector(value: np.ndarray | None, j: int) -> np.ndarray | None:
 
 @handler("Gemm", since=1)
 class GemmHandler(Handler):
-    gemmini = "tiled_matmul_auto (bias row, fused ReLU / Clip(0,hi))"
+    gemmini = ("tiled_matmul (bias row, fused ReLU / Clip(0,hi)); runs of output columns with their own weight "
+               "scale as one call each over strided column slices")
     limits = "B constant, transA=0, C a constant scalar or row vector"
 
     def check(self, node, ctx):
@@ -48,6 +49,9 @@ class GemmHandler(Handler):
     def output_shift(self, node, weight_error, input_means):
         return np.asarray(input_means["last"], np.float64) @ weight_error
 
+    def channel_axis(self, node):
+        return (0 if node.attr("transB", 0) else 1), 1
+
     def float_weights(self, node):
         b = node.const(node.input("B")).astype(np.float32)
         w = (b.T if node.attr("transB", 0) else b) * np.float32(node.attr("alpha", 1.0))
@@ -64,13 +68,14 @@ class GemmHandler(Handler):
         i, k = a.shape
         y = ctx.output(node.output, node.shape(node.output))
         lowered.tensors.append(y)
-        return lowered.add(matmul(node, ctx, a, i, k, y, wq.q, wq.bias, a.scale, wq.scale))
+        return lowered.add(grouped_matmul(node, ctx, a, i, k, y, wq))
 
 
 @handler("MatMul", since=1)
 class MatMulHandler(Handler):
-    gemmini = ("tiled_matmul_auto (a following Add of a constant row becomes the bias); products of two "
-               "activations (attention) as one tiled_matmul_auto per batch")
+    gemmini = ("tiled_matmul (a following Add of a constant row becomes the bias; runs of output columns with "
+               "their own weight scale as one call each); products of two activations (attention) as one "
+               "tiled_matmul per batch")
     limits = "constant right operand 2-D; two activations need equal batch dims; vectors are refused"
 
     def check(self, node, ctx):
@@ -92,6 +97,9 @@ class MatMulHandler(Handler):
     def output_shift(self, node, weight_error, input_means):
         return np.asarray(input_means["last"], np.float64) @ weight_error
 
+    def channel_axis(self, node):
+        return (1, 1) if node.is_const(node.input("B")) else None
+
     def float_weights(self, node):
         if not node.is_const(node.input("B")):
             return None
@@ -109,7 +117,7 @@ class MatMulHandler(Handler):
         wq = ctx.weight(node.name)
         k = a.shape[-1]
         i = int(np.prod(a.shape[:-1]))
-        return lowered.add(matmul(node, ctx, a, i, k, y, wq.q, wq.bias, a.scale, wq.scale))
+        return lowered.add(grouped_matmul(node, ctx, a, i, k, y, wq))
 
 
 def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor) -> Lowered:

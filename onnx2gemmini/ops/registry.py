@@ -56,6 +56,12 @@ class Handler:
         """The initializer holding the weights as given (a pre-quantized model may fix its scale)."""
         return None
 
+    def channel_axis(self, node: NodeView) -> tuple[int, int] | None:
+        """The output-channel axis of the weights as given and in the float_weights layout, when the
+        lowering can give runs of output channels their own scale (separate Gemmini calls); None: one
+        scale per tensor only."""
+        return None
+
     def lower(self, node: NodeView, ctx: Any) -> Lowered:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -23,19 +23,39 @@ class Emulator:
             buffers[tid] = np.asarray(inputs[t.onnx_name], np.float32).reshape(t.shape)
         for step in plan.steps:
             for tid, value in zip(step.writes(), self._execute(step, buffers)):
-                base = plan.base(tid)  # a step writing a view fills the bytes of its base
-                buffers[base.id] = value.reshape(base.shape)
+                self._store(buffers, tid, value)
         if keep:
             return buffers
         return {tid: self.get(buffers, tid) for tid in plan.outputs}
 
+    def _rows(self, tid: str) -> np.ndarray:
+        """Flat indices, in its base's bytes, of a slice's elements (rows strided by the parent's width)."""
+        t, plan = self.plan.tensors[tid], self.plan
+        width = t.shape[-1]
+        rows = int(np.prod(t.shape, dtype=np.int64)) // width
+        return (plan.elem_offset(tid) + np.arange(rows)[:, None] * plan.row_stride(tid)
+                + np.arange(width)[None, :])
+
+    def _store(self, buffers: dict[str, np.ndarray], tid: str, value: np.ndarray) -> None:
+        """A step's result into the bytes it owns: a view fills its base, a slice its range of the base."""
+        base = self.plan.base(tid)
+        if self.plan.tensors[tid].slice_of is None:
+            buffers[base.id] = value.reshape(base.shape)
+            return
+        if base.id not in buffers:
+            buffers[base.id] = np.zeros(base.shape, np.dtype(base.dtype))
+        buffers[base.id].reshape(-1)[self._rows(tid)] = value.reshape(self._rows(tid).shape)
+
     def get(self, buffers: dict[str, np.ndarray], tid: str) -> np.ndarray:
-        """A tensor's value, following views to the buffer that holds its bytes."""
+        """A tensor's value, following views and slices to the buffer that holds its bytes."""
         if tid in buffers:
             return buffers[tid]
         if tid in self.plan.constants:
             return self.plan.constants[tid]
         t = self.plan.tensors[tid]
+        if t.slice_of is not None:
+            base = self.plan.base(tid)
+            return buffers[base.id].reshape(-1)[self._rows(tid)].reshape(t.shape)
         return self.get(buffers, t.view_of).reshape(t.shape)
 
     def _execute(self, step, buffers):

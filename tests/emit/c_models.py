@@ -91,6 +91,18 @@ def concat(requantized=False):
     return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
 
 
+def concat_in_place():
+    """Concat(conv, CPU max-pool, 1x1 conv) whose conv inputs are written in place, and are read again
+    through their row stride by a conv and a 1x1 (matmul) conv; the max-pool branch is copied."""
+    nodes = [("Conv", ["x", "W1"], ["c1"], {"pads": [1, 1, 1, 1]}), ("Conv", ["x", "W2"], ["c2"], {}),
+             ("MaxPool", ["x"], ["p"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+             ("Concat", ["c1", "p", "c2"], ["y"], {"axis": 1}),
+             ("Conv", ["c2", "W3"], ["d"], {"pads": [1, 1, 1, 1]}), ("Conv", ["c1", "W4"], ["e"], {})]
+    inits = {"W1": weights(13, 4, 3, 3, 3), "W2": weights(14, 5, 3, 1, 1), "W3": weights(15, 2, 5, 3, 3),
+             "W4": weights(16, 3, 4, 1, 1)}
+    return chain(nodes, {"x": [1, 3, 6, 6]}, inits, outputs=("y", "d", "e"))
+
+
 def depthwise(multiplier=1):
     c = 4
     return chain([("Conv", ["x", "W", "B"], ["c"], {"group": c, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
@@ -153,6 +165,9 @@ MODELS = {
     "softmax_axis1_4d": lambda: unary("Softmax", shape=(1, 5, 3, 2), axis=1),
     "concat_channels": lambda: concat(),
     "concat_requantized": lambda: concat(requantized=True),
+    "concat_in_place": concat_in_place,
+    "conv_weight_scale_per_channel": lambda: conv_model(c=5, oc=6, post=("relu", "maxpool2_2_0")),
+    "gemm_weight_scale_groups": lambda: gemm(),
     "depthwise_relu": lambda: depthwise(),
     "depthwise_multiplier2": lambda: depthwise(2),
     "grouped_conv": lambda: grouped_model(),
@@ -174,3 +189,7 @@ MODELS = {
     "conv_transpose_stride2": lambda: conv_transpose_model(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
     "conv_transpose_dilated_im2col": lambda: conv_transpose_model(dilations=[2, 2], strides=[2, 1]),
 }
+
+# Compile options of the cases that need other than the defaults.
+OPTIONS = {"conv_weight_scale_per_channel": {"weight_scales": "channel"},
+           "gemm_weight_scale_groups": {"weight_scales": "channel"}}

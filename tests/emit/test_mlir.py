@@ -28,6 +28,7 @@ from onnx2gemmini.plan import CpuOp, Matmul, Step  # noqa: E402
 from onnx2gemmini.run.emulator import Emulator  # noqa: E402
 from tests.emit import mlir_jit  # noqa: E402
 from tests.emit.c_models import MODELS as C_MODELS  # noqa: E402
+from tests.emit.c_models import OPTIONS as C_OPTIONS  # noqa: E402
 from tests.emit.mlir_interp import Interpreter, check_gemmini_ops, ops_of, parse  # noqa: E402
 from tests.helpers import infer_outputs, random_dataset, rng  # noqa: E402
 from tests.ops.test_conv import conv_model  # noqa: E402
@@ -315,6 +316,9 @@ MODELS = {
     "layernorm": (lambda: _layernorm(), ["@o2g_rt_layernorm"]),
     "two_inputs_three_outputs": (lambda: _two_in_two_out(), ["memref.copy"]),
     **{name: (C_MODELS[name], ops) for name, ops in (
+        ("concat_in_place", ["@o2g_rt_concat_into", "gemmini.tile_conv", "gemmini.tile_matmul"]),
+        ("conv_weight_scale_per_channel", ["gemmini.tile_conv", "@o2g_rt_concat_into"]),
+        ("gemm_weight_scale_groups", ["gemmini.tile_matmul", "@o2g_rt_concat_into"]),
         ("slice_steps_nhwc", ["@o2g_rt_remap"]), ("slice_3d", ["@o2g_rt_remap"]),
         ("pad_value_channels", ["@o2g_rt_remap"]), ("pad_reflect_nhwc", ["@o2g_rt_remap"]),
         ("resize_nearest_nhwc", ["@o2g_rt_remap"]), ("prelu_per_channel_nhwc", ["@o2g_rt_binary_prelu_qf"]),
@@ -326,7 +330,7 @@ MODELS = {
 @functools.lru_cache(maxsize=None)
 def compiled_case(name):
     model = MODELS[name][0]()
-    return model, compile_model(model)
+    return model, compile_model(model, **C_OPTIONS.get(name, {}))
 
 
 @pytest.mark.parametrize("name", list(MODELS), ids=list(MODELS))

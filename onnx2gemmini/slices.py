@@ -1,0 +1,141 @@
+"""Strided channel slices: Gemmini steps that read or write a range of another tensor's channels in place.
+
+One representation (Tensor.slice_of + offset; rows strided by the parent's width) serves three uses:
+grouped convs read their group's input channels and write their group's output channels; per-channel
+weight groups write their output channels; and Concat inputs produced by a Gemmini matmul or conv are
+written straight into their channel range of the concat buffer (`concat_in_place`), so the concat copies
+only what came from elsewhere. Gemmini steps take their row strides from the tensors (`restride`): the
+stride arguments of tiled_matmul and tiled_conv_stride_auto. The MLIR tile ops read dense memrefs only,
+so `densify` turns slices back into explicit copies for that back end.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .plan import Conv, CpuOp, Matmul, Plan, Step, Tensor, row_stride
+
+
+def is_slice(tensors: dict[str, Tensor], tid: str | None) -> bool:
+    return tid in tensors and tensors[tid].slice_of is not None
+
+
+def restride(step: Step, tensors: dict[str, Tensor]) -> Step:
+    """Row strides of a Matmul or Conv from its operands: the parent's width for slices, dense otherwise."""
+    if isinstance(step, Matmul):
+        strides = {field: row_stride(tensors, tid) for field, tid in
+                   (("stride_A", step.A), ("stride_B", step.B), ("stride_C", step.C)) if is_slice(tensors, tid)}
+        return dataclasses.replace(step, **strides) if strides else step
+    if isinstance(step, Conv):
+        strides = {field: row_stride(tensors, tid) for field, tid in
+                   (("in_stride", step.input), ("out_stride", step.output)) if is_slice(tensors, tid)}
+        return dataclasses.replace(step, **strides) if strides else step
+    return step
+
+
+def _strided_reader(step: Step, tid: str) -> bool:
+    """Steps that can read `tid` through a row stride (the A operand of a matmul, the input of a conv)."""
+    return (isinstance(step, Matmul) and step.A == tid and step.B != tid and step.D != tid) or \
+        (isinstance(step, Conv) and step.input == tid)
+
+
+def _strided_writer(step: Step) -> bool:
+    return isinstance(step, (Matmul, Conv))
+
+
+def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list[str]) -> list[Step]:
+    """Concats on the last storage axis (NHWC channels) whose inputs a Gemmini matmul/conv writes at the
+    concat's own scale: those inputs become slices of the concat buffer, written in place. The concat
+    copies the rest (its `in_place` flags say which); a concat left with nothing to copy is dropped.
+    Mutates `tensors`; returns the new step list."""
+    writers: dict[str, list[int]] = {}
+    readers: dict[str, list[int]] = {}
+    for i, step in enumerate(steps):
+        for tid in step.writes():
+            writers.setdefault(tid, []).append(i)
+        for tid in step.reads():
+            readers.setdefault(tid, []).append(i)
+    aliased = {t.view_of for t in tensors.values()} | {t.slice_of for t in tensors.values()}
+    result: list[Step] = []
+    for i, step in enumerate(steps):
+        if not (isinstance(step, CpuOp) and step.op == "concat"):
+            result.append(step)
+            continue
+        out = tensors[step.outputs[0]]
+        if step.params["axis"] != len(out.shape) - 1 or out.slice_of or out.view_of:
+            result.append(step)
+            continue
+        flags, offset = [], 0
+        for tid, scale in zip(step.inputs, step.params["in_scales"]):
+            t = tensors[tid]
+            ok = (scale == step.params["out_scale"] and t.dtype == "int8" and t.view_of is None
+                  and t.slice_of is None and tid not in outputs and tid not in aliased
+                  and step.inputs.count(tid) == 1 and len(writers.get(tid, [])) == 1
+                  and _strided_writer(steps[writers[tid][0]])
+                  and all(j == i or _strided_reader(steps[j], tid) for j in readers.get(tid, [])))
+            if ok:
+                tensors[tid] = dataclasses.replace(t, slice_of=out.id, offset=offset)
+            flags.append(ok)
+            offset += t.shape[-1]
+        if all(flags):
+            continue
+        if any(flags):
+            step = dataclasses.replace(step, params={**step.params, "in_place": flags},
+                                       reason=f"{step.reason}; {sum(flags)} of {len(flags)} inputs are written in "
+                                              "place by their Gemmini producer, the rest is copied")
+        result.append(step)
+    return result
+
+
+def densify(plan: Plan) -> Plan:
+    """The same computation without slices, for back ends whose operations take dense buffers only.
+
+    A slice some step writes becomes its own buffer; its parent is then assembled by the concat that
+    already writes it (all inputs copied again) or by a new channel concat after the last such write. A
+    slice only read becomes a copy of its channel range, made before its first reader."""
+    tensors = dict(plan.tensors)
+    slices = [tid for tid, t in tensors.items() if t.slice_of is not None]
+    if not slices:
+        return plan
+    written = {tid for s in plan.steps for tid in s.writes()}
+    steps = list(plan.steps)
+    for tid in slices:
+        tensors[tid] = dataclasses.replace(tensors[tid], slice_of=None, offset=0)
+    assembled: dict[str, list[str]] = {}
+    for tid in slices:
+        if tid in written:
+            assembled.setdefault(plan.tensors[tid].slice_of, []).append(tid)
+    for parent, parts in assembled.items():
+        concat = next((k for k, s in enumerate(steps) if isinstance(s, CpuOp) and s.op == "concat"
+                       and s.outputs == (parent,)), None)
+        if concat is not None:
+            s = steps[concat]
+            steps[concat] = dataclasses.replace(s, params={k: v for k, v in s.params.items() if k != "in_place"})
+            continue
+        parts.sort(key=lambda tid: plan.tensors[tid].offset)
+        last = max(k for k, s in enumerate(steps) if set(s.writes()) & set(parts))
+        scale = tensors[parent].scale
+        steps.insert(last + 1, CpuOp(steps[last].node, op="concat", inputs=tuple(parts), outputs=(parent,),
+                                     params={"axis": len(tensors[parent].shape) - 1,
+                                             "in_scales": [scale] * len(parts), "out_scale": scale},
+                                     reason="channel slices written in place elsewhere: joined by a copy here"))
+    for tid in slices:
+        if tid in written:
+            continue
+        t = plan.tensors[tid]
+        first = next(k for k, s in enumerate(steps) if tid in s.reads())
+        maps = [list(range(t.offset, t.offset + t.shape[-1])) if a == len(t.shape) - 1 else list(range(n))
+                for a, n in enumerate(t.shape)]
+        steps.insert(first, CpuOp(steps[first].node, op="remap", inputs=(t.slice_of,), outputs=(tid,),
+                                  params={"index": [i for m in maps for i in m], "value": 0},
+                                  reason="a channel slice read in place elsewhere: copied here"))
+    steps = [restride_dense(s) if set(s.reads() + s.writes()) & set(slices) else s for s in steps]
+    return dataclasses.replace(plan, tensors=tensors, steps=tuple(steps))
+
+
+def restride_dense(step: Step) -> Step:
+    """Dense row strides again, for a step whose slices became buffers of their own."""
+    if isinstance(step, Matmul):
+        return dataclasses.replace(step, stride_A=step.K, stride_B=step.J, stride_C=step.J)
+    if isinstance(step, Conv):
+        return dataclasses.replace(step, in_stride=step.in_channels, out_stride=step.out_channels)
+    return step
