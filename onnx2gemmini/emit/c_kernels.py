@@ -75,10 +75,16 @@ class CpuPrinter:
         return tuple(self.plan.tensors[tid].shape)
 
     def table(self, ctype: str, values, what: str) -> str:
+        return self._table(ctype, [str(int(v)) for v in values] or ["0"], 16, what)
+
+    def float_table(self, values, what: str) -> str:
+        """float32 data as exact hex literals."""
+        return self._table("float", [c_float(v) for v in values] or ["0.0f"], 8, what)
+
+    def _table(self, ctype: str, literals: list[str], per_row: int, what: str) -> str:
         name = f"{self.prefix}_table_{len(self.tables)}"
-        values = [int(v) for v in values] or [0]
-        rows = [f"    {ints(values[i:i + 16])}," for i in range(0, len(values), 16)]
-        self.tables += [f"/* {safe_comment_text(what)} */", f"static const {ctype} {name}[{len(values)}] = {{"]
+        rows = [f"    {', '.join(literals[i:i + per_row])}," for i in range(0, len(literals), per_row)]
+        self.tables += [f"/* {safe_comment_text(what)} */", f"static const {ctype} {name}[{len(literals)}] = {{"]
         self.tables += rows + ["};"]
         return name
 
@@ -133,12 +139,26 @@ class CpuPrinter:
                 f"(const int[]){{{ints(in_shape) or '1'}}}, (const int[]){{{ints(out_shape) or '1'}}}, {index}, "
                 f"{int(p['value'])});"]
 
+    def op_resize_linear(self, s, p):
+        in_shape, out_shape = self.shape(s.inputs[0]), self.shape(s.outputs[0])
+        what = f"{s.node}: linear resize"
+        lo, hi = (self.table("int64_t", p[k], f"{what}, {k} source positions") for k in ("lo", "hi"))
+        w_lo, w_hi = (self.float_table(p[k], f"{what}, {k[2:]} weights") for k in ("w_lo", "w_hi"))
+        return [f"o2g_resize_linear({self.ptr(s.inputs[0])}, {self.ptr(s.outputs[0])}, {len(in_shape)}, "
+                f"(const int[]){{{ints(in_shape) or '1'}}}, (const int[]){{{ints(out_shape) or '1'}}},",
+                f"    {len(p['axes'])}, (const int[]){{{ints(p['axes']) or '0'}}}, {lo}, {hi}, {w_lo}, {w_hi}, "
+                f"{c_float(p['in_scale'])}, {c_float(p['out_scale'])});"]
+
     def op_concat(self, s, p):
         axis = int(p["axis"])
         outer, total, inner = split(self.shape(s.outputs[0]), axis)
         lines, offset = [], 0
-        for tid, scale in zip(s.inputs, p["in_scales"]):
+        for tid, scale, in_place in zip(s.inputs, p["in_scales"], p.get("in_place", [False] * len(s.inputs))):
             n = self.shape(tid)[axis]
+            if in_place:
+                lines.append(f"/* channels {offset}..{offset + n - 1}: written in place by their producer */")
+                offset += n
+                continue
             lines.append(f"o2g_concat_part({self.ptr(tid)}, {self.ptr(s.outputs[0])}, {outer}, {n}, {inner}, "
                          f"{total}, {offset}, {c_float(scale)}, {c_float(p['out_scale'])});")
             offset += n
@@ -152,13 +172,9 @@ class CpuPrinter:
     def op_binary(self, s, p):
         out_shape = self.shape(s.outputs[0])
         operands = []
-        for tid, scale, in_place in zip(s.inputs, p["in_scales"], p.get("in_place", [False] * len(s.inputs))):
+        for tid, scale in zip(s.inputs, p["in_scales"]):
             strides = ints(broadcast_strides(self.shape(tid), out_shape)) or "0"
             is_float = int(scale is None)
-            if in_place:
-                lines.append(f"/* channels {offset}..{offset + n - 1}: written in place by their producer */")
-                offset += n
-                continue
             operands.append(f"&(const struct o2g_operand){{{self.ptr(tid)}, {is_float}, "
                             f"{c_float(1.0 if scale is None else scale)}, (const int[]){{{strides}}}}}")
         return [f"o2g_binary({BINARY_FNS[p['fn']]},", f"    {operands[0]},", f"    {operands[1]},",

@@ -47,7 +47,7 @@ class Array:
     """A parameter list passed as a constant `memref<*x{type}>` (its length is the memref's size)."""
 
     name: str
-    type: str            # "i8" | "i64" | "f64"
+    type: str            # "i8" | "i64" | "f32" | "f64"
     values: tuple
 
 
@@ -246,6 +246,18 @@ def _softmax(step: CpuOp, plan: Plan) -> RuntimeCall:
     return RuntimeCall(symbol("softmax"), _unary(plan, step),
                        (Scalar("axis", "i64", int(p["axis"])), Scalar("in_scale", "f32", float(p["in_scale"])),
                         Scalar("out_scale", "f32", float(p["out_scale"]))))
+
+
+@abi("cpu.resize_linear")
+def _resize_linear(step: CpuOp, plan: Plan) -> RuntimeCall:
+    """Linear Resize: x, y; the interpolated axes and their per-output-position taps (i64 positions,
+    f32 weights), so the signature is the same whatever the axes and sizes."""
+    p = step.params
+    lists = [Array(k, "i64", tuple(int(v) for v in p[k])) for k in ("axes", "lo", "hi")]
+    lists += [Array(k, "f32", tuple(float(v) for v in p[k])) for k in ("w_lo", "w_hi")]
+    return RuntimeCall(symbol("resize_linear"), _unary(plan, step),
+                       tuple(lists) + (Scalar("in_scale", "f32", float(p["in_scale"])),
+                                       Scalar("out_scale", "f32", float(p["out_scale"]))))
 
 
 @abi("cpu.lut")

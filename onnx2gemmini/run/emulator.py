@@ -131,6 +131,8 @@ class Emulator:
             return kernels.binary(p["fn"], args, p["in_scales"], p["out_scale"], p.get("relu", False))
         if step.op == "concat":
             return kernels.concat(args, p["axis"], p["in_scales"], p["out_scale"])
+        if step.op == "resize_linear":
+            return kernels.resize_linear(x, p)
         if step.op == "softmax":
             return kernels.softmax(x, p["axis"], p["in_scale"], p["out_scale"])
         raise TypeError(f"unknown CPU op {step.op}")

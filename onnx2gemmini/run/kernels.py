@@ -160,6 +160,40 @@ def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
     return np.clip(np.rint(p / np.float32(out_scale)), -128, 127).astype(np.int8)
 
 
+def resize_linear(x: np.ndarray, p: dict) -> np.ndarray:
+    """Linear Resize on int8: dequantize, interpolate as onnxruntime does in float32, QuantizeLinear."""
+    f = x.astype(np.float32) * np.float32(p["in_scale"])
+    return _quantize(linear_interpolate(f, p), p["out_scale"])
+
+
+def linear_interpolate(f: np.ndarray, p: dict) -> np.ndarray:
+    """onnxruntime's bilinear/trilinear kernels on float32 data, bit for bit.
+
+    p["axes"] lists the interpolated axes of `f`, outermost first in ONNX order; for each, `lo`/`hi`
+    (source positions) and `w_lo`/`w_hi` (their float32 weights) hold one entry per output position
+    (p["out_shape"]), tables concatenated in `axes` order. Each output is the sum over the 2^k corners,
+    the innermost axis varying fastest, of (w_inner * .. * w_outer) * value, added left to right."""
+    out_shape = tuple(p["out_shape"])
+    taps, at = [], 0
+    for a in p["axes"]:
+        n = out_shape[a]
+        lo, hi = (np.asarray(p[k][at:at + n], np.int64) for k in ("lo", "hi"))
+        w_lo, w_hi = (_along(np.asarray(p[k][at:at + n], np.float32), f.ndim, a) for k in ("w_lo", "w_hi"))
+        taps.append((a, lo, hi, w_lo, w_hi))
+        at += n
+    total = None
+    for corner in range(1 << len(taps)):
+        index = [np.arange(n) for n in out_shape]  # the other axes keep their size
+        w = np.float32(1)
+        for bit, (a, lo, hi, w_lo, w_hi) in enumerate(reversed(taps)):
+            high = (corner >> bit) & 1
+            index[a] = hi if high else lo
+            w = w * (w_hi if high else w_lo)
+        term = w * f[np.ix_(*index)]
+        total = term if total is None else total + term
+    return total.astype(np.float32)
+
+
 def requantize(x: np.ndarray, s_in: float, s_out: float) -> np.ndarray:
     """int8 at scale s_in -> int8 at s_out as DQ then Q do it: float32(x*s_in)/s_out, RNE, saturate."""
     if s_in == s_out:

@@ -303,6 +303,43 @@ void _mlir_ciface_o2g_rt_remap(o2g_unranked_memref *x, o2g_unranked_memref *y, o
     o2g_remap((const int8_t *)vx.data, (int8_t *)vy.data, vx.rank, vx.sizes, vy.sizes, idx, (int8_t)value);
 }
 
+void _mlir_ciface_o2g_rt_resize_linear(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *axes,
+                                       o2g_unranked_memref *lo, o2g_unranked_memref *hi,
+                                       o2g_unranked_memref *w_lo, o2g_unranked_memref *w_hi, float in_scale,
+                                       float out_scale)
+{
+    const char *fn = "o2g_rt_resize_linear";
+    struct o2g_view vx = o2g_view_of(fn, x, sizeof(int8_t), -1);
+    struct o2g_view vy = o2g_view_of(fn, y, sizeof(int8_t), vx.rank);
+    struct o2g_view va = o2g_view_of(fn, axes, sizeof(int64_t), 1);
+    struct o2g_view vlo = o2g_view_of(fn, lo, sizeof(int64_t), 1);
+    struct o2g_view vhi = o2g_view_of(fn, hi, sizeof(int64_t), 1);
+    struct o2g_view vwl = o2g_view_of(fn, w_lo, sizeof(float), 1);
+    struct o2g_view vwh = o2g_view_of(fn, w_hi, sizeof(float), 1);
+    const int64_t *a = (const int64_t *)va.data, *l = (const int64_t *)vlo.data, *h = (const int64_t *)vhi.data;
+    int ax[3], resized = 0, d;
+    size_t taps = 0, k, t;
+    if (va.count > 3)
+        o2g_mlir_fail(fn, "more than 3 interpolated axes");
+    for (k = 0; k < va.count; k++) {
+        if (a[k] < 0 || a[k] >= vx.rank || (resized >> a[k]) & 1)
+            o2g_mlir_fail(fn, "axes are not distinct axes of x");
+        for (t = taps; t < taps + (size_t)vy.sizes[a[k]] && t < vlo.count && t < vhi.count; t++)
+            if (l[t] < 0 || l[t] >= vx.sizes[a[k]] || h[t] < 0 || h[t] >= vx.sizes[a[k]])
+                o2g_mlir_fail(fn, "source position out of range");
+        taps += (size_t)vy.sizes[a[k]];
+        resized |= 1 << a[k];
+        ax[k] = (int)a[k];
+    }
+    for (d = 0; d < vx.rank; d++)
+        if (!((resized >> d) & 1) && vx.sizes[d] != vy.sizes[d])
+            o2g_mlir_fail(fn, "x and y differ outside the interpolated axes");
+    if (vlo.count != taps || vhi.count != taps || vwl.count != taps || vwh.count != taps)
+        o2g_mlir_fail(fn, "lo, hi, w_lo and w_hi do not hold one entry per output position of each axis");
+    o2g_resize_linear((const int8_t *)vx.data, (int8_t *)vy.data, vx.rank, vx.sizes, vy.sizes, (int)va.count, ax,
+                      l, h, (const float *)vwl.data, (const float *)vwh.data, in_scale, out_scale);
+}
+
 void _mlir_ciface_o2g_rt_lut(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *table)
 {
     const char *fn = "o2g_rt_lut";

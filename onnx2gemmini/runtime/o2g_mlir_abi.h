@@ -91,6 +91,13 @@ void _mlir_ciface_o2g_rt_layernorm(o2g_unranked_memref *x, o2g_unranked_memref *
                                    o2g_unranked_memref *beta, o2g_unranked_memref *y, int64_t axis,
                                    double epsilon, double in_scale, double out_scale);
 
+/* Linear Resize (o2g_resize_linear): axes i64 (interpolated axes of x, outermost first), lo/hi i64 and
+ * w_lo/w_hi f32 with one entry per output position of each listed axis. */
+void _mlir_ciface_o2g_rt_resize_linear(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *axes,
+                                       o2g_unranked_memref *lo, o2g_unranked_memref *hi,
+                                       o2g_unranked_memref *w_lo, o2g_unranked_memref *w_hi, float in_scale,
+                                       float out_scale);
+
 /* y = table[x + 128], table: 256 int8. */
 void _mlir_ciface_o2g_rt_lut(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *table);
 

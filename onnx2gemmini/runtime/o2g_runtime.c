@@ -364,6 +364,58 @@ void o2g_concat_part(const int8_t *x, int8_t *y, size_t outer, size_t part_len, 
     }
 }
 
+#define O2G_RESIZE_MAX_AXES 3
+
+void o2g_resize_linear(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
+                       int naxes, const int *axes, const int64_t *lo, const int64_t *hi,
+                       const float *w_lo, const float *w_hi, float in_scale, float out_scale)
+{
+    size_t in_stride[O2G_MAX_RANK], table[O2G_RESIZE_MAX_AXES], count = 1, stride = 1, at = 0, k;
+    int pos[O2G_MAX_RANK], resized[O2G_MAX_RANK];
+    int d, j, corner;
+    if (rank < 0 || rank > O2G_MAX_RANK || naxes < 0 || naxes > O2G_RESIZE_MAX_AXES)
+        return;
+    for (d = rank - 1; d >= 0; d--) {
+        in_stride[d] = stride;
+        stride *= (size_t)in_shape[d];
+        count *= (size_t)out_shape[d];
+        pos[d] = 0;
+        resized[d] = 0;
+    }
+    for (j = 0; j < naxes; j++) { /* where each axis' table starts */
+        table[j] = at;
+        at += (size_t)out_shape[axes[j]];
+        resized[axes[j]] = 1;
+    }
+    for (k = 0; k < count; k++) {
+        size_t base = 0;
+        volatile float sum = 0.0f;
+        for (d = 0; d < rank; d++)
+            if (!resized[d])
+                base += (size_t)pos[d] * in_stride[d];
+        for (corner = 0; corner < 1 << naxes; corner++) {
+            size_t src = base;
+            volatile float w = 1.0f, v, term;
+            for (j = 0; j < naxes; j++) { /* innermost axis first: bit j selects its hi tap */
+                const int a = axes[naxes - 1 - j];
+                const size_t t = table[naxes - 1 - j] + (size_t)pos[a];
+                const int high = (corner >> j) & 1;
+                src += (size_t)(high ? hi[t] : lo[t]) * in_stride[a];
+                w = w * (high ? w_hi[t] : w_lo[t]);
+            }
+            v = (float)x[src] * in_scale;
+            term = w * v;
+            sum = sum + term;
+        }
+        y[k] = o2g_quantize_one(sum, out_scale);
+        for (d = rank - 1; d >= 0; d--) { /* odometer over the output index */
+            if (++pos[d] < out_shape[d])
+                break;
+            pos[d] = 0;
+        }
+    }
+}
+
 void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table)
 {
     size_t i;

@@ -9,7 +9,7 @@
  * multiplication by a reciprocal.
  *
  * Exactness: the int8 kernels, o2g_quantize and the float kernels made of
- * +, -, *, / (binary, affine, concat's requantization) are exact: each float
+ * +, -, *, / (binary, affine, concat's requantization, linear resize) are exact: each float
  * operation is rounded separately, as NumPy does (volatile temporaries keep
  * the compiler from fusing a*b+c into an FMA). Softmax, LRN and LayerNorm
  * call expf/powf/sqrtf and sum in NumPy's order as far as it is known; their
@@ -88,6 +88,17 @@ void o2g_remap(const int8_t *x, int8_t *y, int rank, const int *in_shape, const 
  * even, saturate) when the scales differ. */
 void o2g_concat_part(const int8_t *x, int8_t *y, size_t outer, size_t part_len, size_t inner,
                      size_t total_len, size_t offset, float in_scale, float out_scale);
+
+/* ONNX Resize in linear mode, as onnxruntime's bilinear/trilinear kernels compute it in float32:
+ * `naxes` interpolated axes of x (axes[], outermost first in ONNX order; every other axis has the
+ * same size in x and y). For each, lo/hi (source positions) and w_lo/w_hi (their weights) hold one
+ * entry per output position, the tables of axes[0], axes[1], .. concatenated. Each output value is
+ * the sum over the 2^naxes corners, the innermost axis varying fastest, of
+ * ((w_inner * .. ) * w_outer) * (x * in_scale), added in that order, then quantized with
+ * out_scale. Exact (each operation rounded separately); rank <= O2G_MAX_RANK, naxes <= 3. */
+void o2g_resize_linear(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
+                       int naxes, const int *axes, const int64_t *lo, const int64_t *hi,
+                       const float *w_lo, const float *w_hi, float in_scale, float out_scale);
 
 /* y = table[x + 128]: a quantized activation function (exact). */
 void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table);

@@ -423,6 +423,12 @@ def _dwconv(x, w, bias, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, multiplier, s
                                     multiplier, scale, bool(relu))
 
 
+def _resize_linear(x, y, axes, lo, hi, w_lo, w_hi, in_scale, out_scale):
+    params = {"axes": [int(a) for a in axes], "out_shape": list(y.shape), "lo": list(lo), "hi": list(hi),
+              "w_lo": list(w_lo), "w_hi": list(w_hi), "in_scale": in_scale, "out_scale": out_scale}
+    y[...] = kernels.resize_linear(x, params)
+
+
 # generic calls: tensors, then the CpuOp params in sorted key order (floats as f64)
 def _affine(x, mul, add, y, axis, in_scale, out_scale):
     y[...] = kernels.affine(x, mul, add, axis, in_scale, out_scale)
@@ -444,7 +450,8 @@ def _remap(x, y, index, value):
     y[...] = kernels.remap(x, [int(i) for i in index], y.shape, value)
 
 
-RUNTIME = {"o2g_rt_remap": _remap, "o2g_rt_lut": _lut, "o2g_rt_dwconv": _dwconv, "o2g_rt_affine": _affine, "o2g_rt_lrn": _lrn,
+RUNTIME = {"o2g_rt_resize_linear": _resize_linear,
+           "o2g_rt_remap": _remap, "o2g_rt_lut": _lut, "o2g_rt_dwconv": _dwconv, "o2g_rt_affine": _affine, "o2g_rt_lrn": _lrn,
            "o2g_rt_gather": _gather, "o2g_rt_layernorm": _layernorm,
            **{f"o2g_rt_binary_{fn}_{kinds}": _binary(fn) for fn in kernels.BINARY for kinds in ("qq", "qf", "fq")},
            "o2g_rt_quantize": _quantize, "o2g_rt_transpose": _transpose, "o2g_rt_concat_into": _concat_into, "o2g_rt_im2col": _im2col,

@@ -321,7 +321,10 @@ MODELS = {
         ("gemm_weight_scale_groups", ["gemmini.tile_matmul", "@o2g_rt_concat_into"]),
         ("slice_steps_nhwc", ["@o2g_rt_remap"]), ("slice_3d", ["@o2g_rt_remap"]),
         ("pad_value_channels", ["@o2g_rt_remap"]), ("pad_reflect_nhwc", ["@o2g_rt_remap"]),
-        ("resize_nearest_nhwc", ["@o2g_rt_remap"]), ("prelu_per_channel_nhwc", ["@o2g_rt_binary_prelu_qf"]),
+        ("resize_nearest_nhwc", ["@o2g_rt_remap"]), ("resize_linear_nhwc", ["@o2g_rt_resize_linear"]),
+        ("resize_linear_3d_align_corners", ["@o2g_rt_resize_linear"]),
+        ("resize_linear_same_sizes", ["@o2g_rt_resize_linear"]),
+        ("prelu_per_channel_nhwc", ["@o2g_rt_binary_prelu_qf"]),
         ("conv_transpose_stride2", ["@o2g_rt_remap", "gemmini.tile_conv"]),
         ("conv_transpose_dilated_im2col", ["@o2g_rt_remap", "@o2g_rt_im2col", "gemmini.tile_matmul"]))},
 }

@@ -1,10 +1,14 @@
-"""Slice, Pad and nearest Resize: exact int8 moves (one `remap` step), on plain and NHWC inputs."""
+"""Slice, Pad and nearest Resize: exact int8 moves (one `remap` step), on plain and NHWC inputs; linear
+Resize: one float `resize_linear` step whose taps and float32 order are onnxruntime's."""
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+import onnxruntime as ort
 from onnx import helper
 
+from onnx2gemmini.ops.resample import linear_tables
+from onnx2gemmini.run import kernels
 from tests.helpers import assert_matches_ort, infer_outputs, rng
 
 I64 = np.int64
@@ -120,7 +124,7 @@ def test_pad_random(h, w, p, mode, seed):
     assert_matches_ort(pad_model((1, 2, h, w), [0, 0, p[0], p[1], 0, 0, p[2], p[3]], mode), samples=2, seed=seed)
 
 
-def resize_model(shape, scales=None, sizes=None, after_conv=False, opset=17, **attrs):
+def resize_model(shape, scales=None, sizes=None, after_conv=False, opset=17, mode="nearest", **attrs):
     inits = {"r": np.zeros(0, np.float32)}
     extra = ["r"]
     if scales is not None:
@@ -130,7 +134,7 @@ def resize_model(shape, scales=None, sizes=None, after_conv=False, opset=17, **a
         inits["s"], inits["z"] = np.zeros(0, np.float32), np.asarray(sizes, I64)
         extra += ["", "z"]
         del inits["s"]
-    return one_node("Resize", shape, inits, extra, after_conv, opset=opset, mode="nearest", **attrs)
+    return one_node("Resize", shape, inits, extra, after_conv, opset=opset, mode=mode, **attrs)
 
 
 COORDS = ["half_pixel", "asymmetric", "pytorch_half_pixel", "align_corners"]
@@ -177,21 +181,128 @@ def test_resize_nearest_random_sizes(h, w, oh, ow, coord, nearest):
                                     nearest_mode=nearest), samples=2)
 
 
-@pytest.mark.parametrize("attrs,reason", [
-    (dict(mode="linear"), "mode linear"), (dict(mode="cubic"), "mode cubic"),
-    (dict(coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
-    (dict(coordinate_transformation_mode="tf_half_pixel_for_nearest"), "tf_half_pixel_for_nearest")],
-    ids=["linear", "cubic", "crop", "tf_half_pixel_for_nearest"])
-def test_resize_refuses_what_it_does_not_implement(attrs, reason):
+LINEAR_COORDS = COORDS + ["half_pixel_symmetric"]
+LINEAR_GEOMETRIES = {**GEOMETRIES, "sizes_down_2x4": dict(sizes=[1, 3, 2, 4]),
+                     "width_only_2_5": dict(scales=[1, 1, 1, 2.5])}
+# other ranks and axes onnxruntime interpolates, the `axes` attribute, and a resize that keeps every size
+LINEAR_SHAPES = {
+    "2d": ((5, 6), dict(scales=[1.5, 0.5])),
+    "3d_trilinear": ((3, 4, 5), dict(scales=[2, 1, 0.6])),
+    "5d_trilinear": ((1, 2, 3, 4, 5), dict(scales=[1, 1, 2, 1.5, 0.6])),
+    "4d_axes_1_2": ((1, 5, 6, 3), dict(scales=[1, 2, 0.5, 1])),
+    "axes_attribute": ((1, 3, 5, 6), dict(scales=[0.5, 2.5], axes=[2, 3])),
+    "same_sizes_copy": ((1, 3, 4, 2), dict(scales=[1, 1, 1, 1.2])),
+}
+
+
+def assert_linear_resize(model, samples=4):
+    """One `resize_linear` step on the input's own layout. It states 1 LSB, as every float CPU step, but
+    equals onnxruntime's QDQ run bit for bit: the same float32 taps and order, then the same rounding."""
+    compiled, result = assert_matches_ort(model, samples=samples)
+    steps = [s for s in compiled.plan.steps if getattr(s, "op", "") == "resize_linear"]
+    assert len(steps) == 1 and steps[0].tolerance == 1
+    own = [s for s in compiled.plan.steps if s.node == steps[0].node]
+    assert own == steps  # no transpose before or after
+    x, y = (compiled.plan.tensors[t] for t in (steps[0].inputs[0], steps[0].outputs[0]))
+    assert x.layout == y.layout
+    layer = next(layer for layer in result["layers"] if layer["name"] == steps[0].node)
+    assert layer["mismatches_vs_ort_qdq"] == 0, layer
+    return compiled, result
+
+
+@pytest.mark.parametrize("geometry", list(LINEAR_GEOMETRIES), ids=list(LINEAR_GEOMETRIES))
+@pytest.mark.parametrize("coord", LINEAR_COORDS)
+def test_resize_linear(coord, geometry):
+    assert_linear_resize(resize_model((1, 3, 5, 6), mode="linear", opset=19, coordinate_transformation_mode=coord,
+                                      **LINEAR_GEOMETRIES[geometry]))
+
+
+@pytest.mark.parametrize("geometry", ["up2", "down_0_6", "sizes_7x3"])
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners"])
+def test_resize_linear_after_conv(coord, geometry):
+    assert_linear_resize(resize_model((1, 3, 5, 6), mode="linear", after_conv=True, opset=19,
+                                      coordinate_transformation_mode=coord, **LINEAR_GEOMETRIES[geometry]))
+
+
+@pytest.mark.parametrize("case", list(LINEAR_SHAPES), ids=list(LINEAR_SHAPES))
+def test_resize_linear_ranks_and_axes(case):
+    shape, geometry = LINEAR_SHAPES[case]
+    assert_linear_resize(resize_model(shape, mode="linear", opset=19, **geometry))
+
+
+def test_resize_linear_across_channels_of_an_nhwc_tensor():
+    """ONNX axes 1 and 2 (C, H) of conv output stored NHWC: storage axes 3 and 1, in ONNX order."""
+    compiled, _ = assert_linear_resize(resize_model((1, 4, 5, 6), scales=[1, 1.5, 0.6, 1], mode="linear",
+                                                    after_conv=True, opset=19))
+    step = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "resize_linear")
+    assert compiled.plan.tensors[step.inputs[0]].layout == "NHWC" and step.params["axes"] == [3, 1]
+
+
+@given(h=st.integers(1, 8), w=st.integers(1, 8), oh=st.integers(1, 16), ow=st.integers(1, 16),
+       coord=st.sampled_from(LINEAR_COORDS))
+def test_resize_linear_random_sizes(h, w, oh, ow, coord):
+    assert_linear_resize(resize_model((1, 2, h, w), sizes=[1, 2, oh, ow], mode="linear", opset=19,
+                                      coordinate_transformation_mode=coord), samples=2)
+
+
+def ort_float_resize(x: np.ndarray, model) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def onnx_scales(shape, out, geometry) -> np.ndarray:
+    """The float32 scales onnxruntime uses: as given (on the `axes` listed), or output / input size."""
+    if "sizes" in geometry:
+        return np.float32(out) / np.float32(shape)
+    scales = np.ones(len(shape), np.float32)
+    scales[geometry.get("axes", list(range(len(shape))))] = geometry["scales"]
+    return scales
+
+
+FLOAT_CASES = {**{k: ((1, 3, 5, 6), v) for k, v in LINEAR_GEOMETRIES.items()}, **LINEAR_SHAPES}
+
+
+@pytest.mark.parametrize("case", list(FLOAT_CASES), ids=list(FLOAT_CASES))
+@pytest.mark.parametrize("coord", LINEAR_COORDS)
+def test_linear_taps_and_order_equal_onnxruntimes_float_kernel(coord, case):
+    """The float32 interpolation alone, on float data: bit for bit onnxruntime's (no quantization to hide
+    a wrong weight, position or summation order)."""
+    shape, geometry = FLOAT_CASES[case]
+    model = resize_model(shape, mode="linear", opset=19, coordinate_transformation_mode=coord, **geometry)
+    x = rng(3).normal(0, 10, shape).astype(np.float32)
+    want = ort_float_resize(x, model)
+    tables = linear_tables(shape, want.shape, onnx_scales(shape, want.shape, geometry), coord)
+    got = kernels.linear_interpolate(x, {**tables, "out_shape": list(want.shape)})
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize("shape,attrs,reason", [
+    ((1, 3, 4, 4), dict(mode="cubic"), "mode cubic"),
+    ((1, 3, 4, 4), dict(coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
+    ((1, 3, 4, 4), dict(coordinate_transformation_mode="tf_half_pixel_for_nearest"), "tf_half_pixel_for_nearest"),
+    ((1, 3, 4, 4), dict(mode="linear", coordinate_transformation_mode="tf_half_pixel_for_nearest"),
+     "defined for nearest mode only"),
+    ((1, 3, 4, 4), dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
+    ((1, 3, 4, 4), dict(mode="linear", antialias=1), "antialias"),
+    ((1, 3, 4, 4), dict(mode="linear", exclude_outside=1), "exclude_outside"),
+    ((1, 3, 4, 4), dict(mode="linear", keep_aspect_ratio_policy="not_larger", sizes=[1, 3, 8, 6]),
+     "keep_aspect_ratio_policy"),
+    ((6,), dict(mode="linear"), "1-D input"),
+    ((1, 3, 4, 4), dict(mode="linear", scales=[1, 2, 2, 2]), "4-D input")],
+    ids=["cubic", "crop", "tf_half_pixel_for_nearest", "linear_tf_half_pixel_for_nearest", "linear_crop",
+         "linear_antialias", "linear_exclude_outside", "linear_keep_aspect_ratio", "linear_1d", "linear_channels"])
+def test_resize_refuses_what_it_does_not_implement(shape, attrs, reason):
     import onnx2gemmini as o2g
     from onnx2gemmini.graph import NodeView, from_onnx
     from onnx2gemmini.ops.registry import lookup
-    model = resize_model((1, 3, 4, 4), scales=[1, 1, 2, 2])
-    node = model.graph.node[0]
-    for k, v in attrs.items():
-        node.attribute.append(helper.make_attribute(k, v))
+    attrs = dict(attrs)
+    geometry = {"sizes": attrs.pop("sizes")} if "sizes" in attrs else {
+        "scales": attrs.pop("scales", [2] if len(shape) == 1 else [1, 1, 2, 2])}
+    model = resize_model(shape, opset=19, **geometry, **attrs)
     graph = from_onnx(model)
     view = NodeView(graph.nodes[0], graph)
-    assert any(reason in r for r in lookup("Resize", 17).check(view, None))
-    with pytest.raises(o2g.O2GError):
+    assert any(reason in r for r in lookup("Resize", 19).check(view, None))
+    with pytest.raises(o2g.O2GError, match=reason):
         o2g.compile(model)
