@@ -110,7 +110,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     amax = calibrate(float_model, data, calib_method) if data is not None else {}
     means = None
     if bias_correction and data is not None:
-        weighted = [n.inputs[0] for n in graph.nodes if n.op_type in ("Conv", "Gemm", "MatMul")]
+        weighted = [n.inputs[0] for n in graph.nodes if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
         means = channel_means(float_model, data, weighted)
     timing["calibrate_s"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -192,6 +192,8 @@ MODELS = {
     "prelu_per_channel_nhwc": lambda: prelu_model((1, 4, 5, 5), (4, 1, 1), after_conv=True),
     "conv_transpose_stride2": lambda: conv_transpose_model(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
     "conv_transpose_dilated_im2col": lambda: conv_transpose_model(dilations=[2, 2], strides=[2, 1]),
+    "conv_transpose_grouped_same_lower": lambda: conv_transpose_model(c=4, oc=6, group=2, strides=[2, 2],
+                                                                      auto_pad="SAME_LOWER"),
 }
 
 # Compile options of the cases that need other than the defaults.
