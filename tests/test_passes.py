@@ -98,3 +98,31 @@ def test_add_of_two_activations_is_not_a_bias():
     model = infer_outputs(nodes, {"x": [2, 8], "x2": [2, 4]}, {"W": r.normal(size=(8, 4)).astype(np.float32)})
     graph, _ = rewritten(model)
     assert [n.op_type for n in graph.nodes] == ["MatMul", "Add"]
+
+
+def bn_scale_relu(mul_shape=(3, 1, 1), add_shape=(1, 3, 1, 1)):
+    """A standalone BN followed by a Caffe-style Scale (per-channel Mul and Add) and a ReLU."""
+    r = rng(3)
+    inits = {"s": r.uniform(0.5, 2, 3).astype(np.float32), "b": r.normal(size=3).astype(np.float32),
+             "m": r.normal(size=3).astype(np.float32), "v": r.uniform(0.5, 2, 3).astype(np.float32),
+             "k": r.uniform(-2, 2, mul_shape).astype(np.float32), "t": r.normal(size=add_shape).astype(np.float32)}
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Mul", ["k", "n"], ["p"]), helper.make_node("Add", ["p", "t"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    return infer_outputs(nodes, {"x": [1, 3, 5, 5]}, inits)
+
+
+def test_per_channel_scale_and_relu_merge_into_one_batchnorm():
+    from tests.helpers import assert_matches_ort
+    model = bn_scale_relu()
+    graph, changes = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["BatchNormalization"]
+    assert graph.nodes[0].fused["activation"] == "relu" and graph.nodes[0].outputs == ["y"]
+    assert sum("merged into" in c for c in changes) == 2
+    compiled, _ = assert_matches_ort(model)
+    assert [getattr(s, "op", s.kind) for s in compiled.plan.steps] == ["quantize", "affine", "transpose"]
+
+
+def test_a_mul_along_another_axis_is_not_merged():
+    graph, _ = rewritten(bn_scale_relu(mul_shape=(1, 1, 5)))
+    assert [n.op_type for n in graph.nodes] == ["BatchNormalization", "Mul", "Add"]

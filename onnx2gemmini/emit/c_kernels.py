@@ -192,7 +192,7 @@ class CpuPrinter:
         outer, c, inner = split(self.shape(s.inputs[0]), int(p["axis"]))
         x, mul, add = (self.ptr(t) for t in s.inputs)
         return [f"o2g_affine({x}, {mul}, {add}, {self.ptr(s.outputs[0])}, {outer}, {c}, {inner}, "
-                f"{c_float(p['in_scale'])}, {c_float(p['out_scale'])});"]
+                f"{c_float(p['in_scale'])}, {c_float(p['out_scale'])}, {int(bool(p.get('relu')))});"]
 
     def op_lrn(self, s, p):
         outer, c, inner = split(self.shape(s.inputs[0]), int(p["axis"]))

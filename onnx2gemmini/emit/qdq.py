@@ -154,6 +154,10 @@ class _Builder:
         elif op in ("Add", "Sum"):
             self.node("Add", [self.operand(i) for i in ins], [raw], name=node.name)
             self.activation_chain(node, raw)
+        elif op == "BatchNormalization":  # standalone (not after a conv), possibly with a fused ReLU
+            attrs = {k: v for k, v in node.attrs.items() if k == "epsilon"}
+            self.node(op, [self.operand(i) for i in ins], [raw], name=node.name, **attrs)
+            self.activation_chain(node, raw)
         elif op == "Dropout":  # inference: the identity
             self.node("Identity", [ins[0]], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)

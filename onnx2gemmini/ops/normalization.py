@@ -25,7 +25,8 @@ def _channels_last(node: NodeView, ctx: LowerContext, lowered: Lowered):
 @handler("BatchNormalization", since=9)
 class BatchNormHandler(Handler):
     gemmini = "folded into the preceding conv; otherwise none"
-    limits = "standalone: a per-channel float affine map on the CPU (1 LSB tolerance)"
+    limits = ("standalone: one per-channel float affine map on the CPU with a fused ReLU / Clip(0,hi), a "
+              "following Mul/Add by per-channel constants merged into it (1 LSB tolerance)")
 
     def check(self, node, ctx):
         reasons = [] if all(node.is_const(t) for t in node.inputs[1:5]) else ["non-constant statistics"]
@@ -44,7 +45,8 @@ class BatchNormHandler(Handler):
         y = ctx.output(node.output, x.shape, x.layout)
         lowered.tensors.append(y)
         lowered.steps.append(CpuOp(node.name, op="affine", inputs=(x.id, a_id, b_id), outputs=(y.id,),
-                                   params={"axis": axis, "in_scale": x.scale, "out_scale": y.scale},
+                                   params={"axis": axis, "in_scale": x.scale, "out_scale": y.scale,
+                                           "relu": node.fused.get("activation") == "relu"},
                                    reason="batch normalization not after a conv: per-channel affine on the CPU",
                                    tolerance=1))
         return lowered

@@ -9,13 +9,15 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import bias_add, bn_fold, equalize, fuse_activation, fuse_maxpool, qdq_import
+from . import bias_add, bn_affine, bn_fold, equalize, fuse_activation, fuse_maxpool, qdq_import
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
-# Order matters: BN folds into the conv before the bias add and the activation attach to it.
+# Order matters: per-channel Mul/Add merge into the BN, BN folds into the conv, then the bias add and the
+# activation attach to it.
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("qdq_import", qdq_import.run),
+    ("bn_affine", bn_affine.run),
     ("bn_fold", bn_fold.run),
     ("bias_add", bias_add.run),
     ("fuse_activation", fuse_activation.run),

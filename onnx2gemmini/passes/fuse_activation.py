@@ -9,7 +9,7 @@ from ..config import GemminiConfig
 from ..graph import Graph
 from .rewrite import absorb_successor, require_same_fixed_scale
 
-PRODUCERS = ("Conv", "Gemm", "MatMul", "Add", "Sum")
+PRODUCERS = ("Conv", "Gemm", "MatMul", "Add", "Sum", "BatchNormalization")
 
 
 def clip_bounds(attrs, inputs, const) -> tuple[float, float] | None:

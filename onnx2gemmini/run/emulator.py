@@ -121,7 +121,7 @@ class Emulator:
             return kernels.depthwise_conv(x, args[1], bias, p["kernel"], p["strides"], p["pads"], p["dilations"],
                                           p["out"], p["multiplier"], p["scale"], p["relu"])
         if step.op == "affine":
-            return kernels.affine(x, args[1], args[2], p["axis"], p["in_scale"], p["out_scale"])
+            return kernels.affine(x, args[1], args[2], p["axis"], p["in_scale"], p["out_scale"], p.get("relu", False))
         if step.op == "lrn":
             return kernels.lrn(x, p["axis"], p["size"], p["alpha"], p["beta"], p["bias"], p["in_scale"],
                                p["out_scale"])

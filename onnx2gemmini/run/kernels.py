@@ -246,10 +246,12 @@ def _along(vec: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     return vec.reshape(shape)
 
 
-def affine(x, mul, add, axis, in_scale, out_scale) -> np.ndarray:
-    """Per-channel y = x*mul + add in float32 (a standalone BatchNormalization)."""
+def affine(x, mul, add, axis, in_scale, out_scale, relu=False) -> np.ndarray:
+    """Per-channel y = x*mul + add in float32 (a standalone BatchNormalization), then ReLU if asked:
+    max(q, 0) after quantizing equals quantizing max(f, 0), the zero point being 0."""
     f = x.astype(np.float32) * np.float32(in_scale)
-    return _quantize(f * _along(mul, x.ndim, axis) + _along(add, x.ndim, axis), out_scale)
+    q = _quantize(f * _along(mul, x.ndim, axis) + _along(add, x.ndim, axis), out_scale)
+    return np.maximum(q, 0).astype(np.int8) if relu else q
 
 
 def lrn(x, axis, size, alpha, beta, bias, in_scale, out_scale) -> np.ndarray:

@@ -430,7 +430,8 @@ void _mlir_ciface_o2g_rt_dwconv(o2g_unranked_memref *x, o2g_unranked_memref *wei
 }
 
 void _mlir_ciface_o2g_rt_affine(o2g_unranked_memref *x, o2g_unranked_memref *mul, o2g_unranked_memref *add,
-                                o2g_unranked_memref *y, int64_t axis, double in_scale, double out_scale)
+                                o2g_unranked_memref *y, int64_t axis, double in_scale, double out_scale,
+                                int64_t relu)
 {
     const char *fn = "o2g_rt_affine";
     struct o2g_view vx = o2g_view_of(fn, x, sizeof(int8_t), -1);
@@ -443,7 +444,7 @@ void _mlir_ciface_o2g_rt_affine(o2g_unranked_memref *x, o2g_unranked_memref *mul
         o2g_mlir_fail(fn, "mul/add do not match the channel axis");
     o2g_split(&vx, (int)axis, &outer, &inner);
     o2g_affine((const int8_t *)vx.data, (const float *)vm.data, (const float *)va.data, (int8_t *)vy.data, outer,
-               (size_t)vx.sizes[axis], inner, (float)in_scale, (float)out_scale);
+               (size_t)vx.sizes[axis], inner, (float)in_scale, (float)out_scale, (int)relu);
 }
 
 void _mlir_ciface_o2g_rt_lrn(o2g_unranked_memref *x, o2g_unranked_memref *y, double alpha, int64_t axis,

@@ -84,7 +84,8 @@ void _mlir_ciface_o2g_rt_gather(o2g_unranked_memref *x, o2g_unranked_memref *y, 
 void _mlir_ciface_o2g_rt_remap(o2g_unranked_memref *x, o2g_unranked_memref *y, o2g_unranked_memref *index,
                                int64_t value);
 void _mlir_ciface_o2g_rt_affine(o2g_unranked_memref *x, o2g_unranked_memref *mul, o2g_unranked_memref *add,
-                                o2g_unranked_memref *y, int64_t axis, double in_scale, double out_scale);
+                                o2g_unranked_memref *y, int64_t axis, double in_scale, double out_scale,
+                                int64_t relu);
 void _mlir_ciface_o2g_rt_lrn(o2g_unranked_memref *x, o2g_unranked_memref *y, double alpha, int64_t axis,
                              double beta, double bias, double in_scale, double out_scale, int64_t size);
 void _mlir_ciface_o2g_rt_layernorm(o2g_unranked_memref *x, o2g_unranked_memref *gamma,

@@ -506,7 +506,7 @@ void o2g_dwconv(const int8_t *x, const int8_t *weights, const int32_t *bias, int
 }
 
 void o2g_affine(const int8_t *x, const float *mul, const float *add, int8_t *y, size_t outer,
-                size_t channels, size_t inner, float in_scale, float out_scale)
+                size_t channels, size_t inner, float in_scale, float out_scale, int relu)
 {
     size_t o, c, i;
     for (o = 0; o < outer; o++)
@@ -515,7 +515,8 @@ void o2g_affine(const int8_t *x, const float *mul, const float *add, int8_t *y, 
                 const size_t at = (o * channels + c) * inner + i;
                 volatile float f = (float)x[at] * in_scale;
                 volatile float m = f * mul[c];
-                *(y + at) = o2g_quantize_one(m + add[c], out_scale);
+                const int8_t q = o2g_quantize_one(m + add[c], out_scale);
+                *(y + at) = relu && q < 0 ? 0 : q;
             }
 }
 

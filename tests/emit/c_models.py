@@ -15,6 +15,7 @@ from tests.ops.test_conv_transpose import conv_transpose_model
 from tests.ops.test_pad_slice_resize import pad_model, resize_model, slice_model
 from tests.ops.test_prelu import prelu_model
 from tests.ops.test_unary_binary import se_block
+from tests.test_passes import bn_scale_relu
 
 
 def single(op, shape=(1, 4, 6, 6), inits=None, extra_inputs=(), **attrs):
@@ -175,6 +176,7 @@ MODELS = {
     "div_by_constant": lambda: single("Div", (1, 3, 4, 4), {"k": rng(22).uniform(0.5, 2, (1, 3, 1, 1))
                                                              .astype(np.float32)}, ("k",)),
     "batchnorm_affine": lambda: single("BatchNormalization", (1, 3, 4, 4), BN, ("s", "b", "m", "v")),
+    "batchnorm_scale_relu": lambda: bn_scale_relu(),
     "lrn": lambda: unary("LRN", size=3, alpha=1e-3, beta=0.75, bias=1.5),
     "attention_matmuls": attention,
     "gather_layernorm_broadcast_add": transformer_bits,

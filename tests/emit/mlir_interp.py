@@ -430,8 +430,8 @@ def _resize_linear(x, y, axes, lo, hi, w_lo, w_hi, in_scale, out_scale):
 
 
 # generic calls: tensors, then the CpuOp params in sorted key order (floats as f64)
-def _affine(x, mul, add, y, axis, in_scale, out_scale):
-    y[...] = kernels.affine(x, mul, add, axis, in_scale, out_scale)
+def _affine(x, mul, add, y, axis, in_scale, out_scale, relu):
+    y[...] = kernels.affine(x, mul, add, axis, in_scale, out_scale, bool(relu))
 
 
 def _lrn(x, y, alpha, axis, beta, bias, in_scale, out_scale, size):
