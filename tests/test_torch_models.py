@@ -109,11 +109,12 @@ MODELS = {"mobilenet_v2": (mobilenet_v2, (1, 3, 32, 32)),
           "transformer_encoder": (transformer_encoder, (1, 8, 32))}
 
 
+@pytest.mark.parametrize("weight_scales", ["tensor", "channel"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_real_architecture_matches_onnxruntime(tmp_path, name):
+def test_real_architecture_matches_onnxruntime(tmp_path, name, weight_scales):
     build, shape = MODELS[name]
     path = _export(build(), shape, tmp_path / f"{name}.onnx")
-    compiled = o2g.compile(path, calib=random_data(compiled_inputs(path), 16, seed=0))
+    compiled = o2g.compile(path, calib=random_data(compiled_inputs(path), 16, seed=0), weight_scales=weight_scales)
     result = run_diff(compiled, random_data(compiled.graph.inputs, 4, seed=1))
     for layer in result["layers"]:
         assert layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"], layer
