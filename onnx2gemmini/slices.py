@@ -32,21 +32,28 @@ def restride(step: Step, tensors: dict[str, Tensor]) -> Step:
     return step
 
 
-def _strided_reader(step: Step, tid: str) -> bool:
-    """Steps that can read `tid` through a row stride (the A operand of a matmul, the input of a conv)."""
+def _strided_reader(step: Step, tid: str, tensors: dict[str, Tensor]) -> bool:
+    """Steps that can read `tid` through a row stride: the A operand of a matmul, the input of a conv, and
+    the input of a per-channel affine map over the last axis (o2g_affine's x_row)."""
+    if isinstance(step, CpuOp):
+        return step.op == "affine" and step.inputs[0] == tid and \
+            step.params["axis"] == len(tensors[tid].shape) - 1
     return (isinstance(step, Matmul) and step.A == tid and step.B != tid and step.D != tid) or \
         (isinstance(step, Conv) and step.input == tid)
 
 
 def _strided_writer(step: Step) -> bool:
-    return isinstance(step, (Matmul, Conv))
+    """Steps that can write through a row stride: Gemmini's matmul and conv, and a last-axis concat (which
+    makes DenseNet's chains of concats one buffer)."""
+    return isinstance(step, (Matmul, Conv)) or (isinstance(step, CpuOp) and step.op == "concat")
 
 
 def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list[str]) -> list[Step]:
-    """Concats on the last storage axis (NHWC channels) whose inputs a Gemmini matmul/conv writes at the
-    concat's own scale: those inputs become slices of the concat buffer, written in place. The concat
-    copies the rest (its `in_place` flags say which); a concat left with nothing to copy is dropped.
-    Mutates `tensors`; returns the new step list."""
+    """Concats on the last storage axis (NHWC channels) whose inputs a Gemmini matmul/conv (or an earlier
+    concat) writes at the concat's own scale: those inputs become slices of the concat buffer, written in
+    place, as long as everything else reading them can read strided rows. The concat copies the rest (its
+    `in_place` flags say which); a concat left with nothing to copy is dropped. An input that already has
+    slices of its own (a nested concat) takes them along. Mutates `tensors`; returns the new step list."""
     writers: dict[str, list[int]] = {}
     readers: dict[str, list[int]] = {}
     for i, step in enumerate(steps):
@@ -54,7 +61,7 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
             writers.setdefault(tid, []).append(i)
         for tid in step.reads():
             readers.setdefault(tid, []).append(i)
-    aliased = {t.view_of for t in tensors.values()} | {t.slice_of for t in tensors.values()}
+    viewed = {t.view_of for t in tensors.values()}
     result: list[Step] = []
     for i, step in enumerate(steps):
         if not (isinstance(step, CpuOp) and step.op == "concat"):
@@ -68,10 +75,10 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
         for tid, scale in zip(step.inputs, step.params["in_scales"]):
             t = tensors[tid]
             ok = (scale == step.params["out_scale"] and t.dtype == "int8" and t.view_of is None
-                  and t.slice_of is None and tid not in outputs and tid not in aliased
+                  and t.slice_of is None and tid not in outputs and tid not in viewed
                   and step.inputs.count(tid) == 1 and len(writers.get(tid, [])) == 1
                   and _strided_writer(steps[writers[tid][0]])
-                  and all(j == i or _strided_reader(steps[j], tid) for j in readers.get(tid, [])))
+                  and all(j == i or _strided_reader(steps[j], tid, tensors) for j in readers.get(tid, [])))
             if ok:
                 tensors[tid] = dataclasses.replace(t, slice_of=out.id, offset=offset)
             flags.append(ok)
@@ -89,29 +96,40 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
 def densify(plan: Plan) -> Plan:
     """The same computation without slices, for back ends whose operations take dense buffers only.
 
-    A slice some step writes becomes its own buffer; its parent is then assembled by the concat that
-    already writes it (all inputs copied again) or by a new channel concat after the last such write. A
-    slice only read becomes a copy of its channel range, made before its first reader."""
+    A slice that holds data of its own (a step writes it, or slices of it hold data: nested concats)
+    becomes its own buffer; its parent is then assembled by the concat that already writes it (all inputs
+    copied again) or by a new channel concat after the last write of its parts. A slice only read becomes
+    a copy of its channel range, made before its first reader."""
     tensors = dict(plan.tensors)
     slices = [tid for tid, t in tensors.items() if t.slice_of is not None]
     if not slices:
         return plan
     written = {tid for s in plan.steps for tid in s.writes()}
+    children: dict[str, list[str]] = {}
+    for tid in slices:
+        children.setdefault(plan.tensors[tid].slice_of, []).append(tid)
+
+    def holds_data(tid: str) -> bool:
+        return tid in written or any(holds_data(c) for c in children.get(tid, ()))
+
     steps = list(plan.steps)
     for tid in slices:
         tensors[tid] = dataclasses.replace(tensors[tid], slice_of=None, offset=0)
-    assembled: dict[str, list[str]] = {}
-    for tid in slices:
-        if tid in written:
-            assembled.setdefault(plan.tensors[tid].slice_of, []).append(tid)
-    for parent, parts in assembled.items():
+    parents = [p for p in children if any(holds_data(c) for c in children[p])]
+    depth = {p: 0 for p in parents}
+    for p in parents:  # assemble inner parents (deeper slices) before the parents they are part of
+        t = plan.tensors[p]
+        while t.slice_of is not None:
+            depth[p] += 1
+            t = plan.tensors[t.slice_of]
+    for parent in sorted(parents, key=lambda p: -depth[p]):
+        parts = sorted((c for c in children[parent] if holds_data(c)), key=lambda c: plan.tensors[c].offset)
         concat = next((k for k, s in enumerate(steps) if isinstance(s, CpuOp) and s.op == "concat"
                        and s.outputs == (parent,)), None)
         if concat is not None:
             s = steps[concat]
             steps[concat] = dataclasses.replace(s, params={k: v for k, v in s.params.items() if k != "in_place"})
             continue
-        parts.sort(key=lambda tid: plan.tensors[tid].offset)
         last = max(k for k, s in enumerate(steps) if set(s.writes()) & set(parts))
         scale = tensors[parent].scale
         steps.insert(last + 1, CpuOp(steps[last].node, op="concat", inputs=tuple(parts), outputs=(parent,),
@@ -119,7 +137,7 @@ def densify(plan: Plan) -> Plan:
                                              "in_scales": [scale] * len(parts), "out_scale": scale},
                                      reason="channel slices written in place elsewhere: joined by a copy here"))
     for tid in slices:
-        if tid in written:
+        if holds_data(tid):
             continue
         t = plan.tensors[tid]
         first = next(k for k, s in enumerate(steps) if tid in s.reads())

@@ -34,6 +34,7 @@ CASES = {
     "input_twice": (lambda: two_convs(concat_inputs=("c1", "c2", "c1")), [False, True, False]),
     "also_a_model_output": (lambda: two_convs(outputs=("y", "c1")), [False, True]),
     "other_scale": (MODELS["concat_requantized"], [True, False]),
+    "dense_block_chain": (MODELS["dense_block"], None),
 }
 
 
@@ -45,14 +46,14 @@ def test_in_place_inputs_and_exactness(case):
     step = concat_step(plan)
     if flags is None:
         assert step is None
-        assert sum(1 for t in plan.tensors.values() if t.slice_of) == 2
+        assert sum(1 for t in plan.tensors.values() if t.slice_of) == (4 if case == "dense_block_chain" else 2)
     else:
         assert step.params.get("in_place", [False] * len(flags)) == flags
         for tid, in_place in zip(step.inputs, flags):
             assert (plan.tensors[tid].slice_of == step.outputs[0]) == in_place
 
 
-@pytest.mark.parametrize("name", ["concat_in_place", "grouped_conv", "conv_weight_scale_per_channel"])
+@pytest.mark.parametrize("name", ["concat_in_place", "grouped_conv", "conv_weight_scale_per_channel", "dense_block"])
 def test_densify_computes_the_same_bytes(name):
     from tests.emit.c_models import OPTIONS
     model = MODELS[name]()

@@ -151,7 +151,10 @@ class CpuPrinter:
 
     def op_concat(self, s, p):
         axis = int(p["axis"])
-        outer, total, inner = split(self.shape(s.outputs[0]), axis)
+        out = s.outputs[0]
+        outer, total, inner = split(self.shape(out), axis)
+        if self.plan.tensors[out].slice_of:  # itself written in place: rows as wide as the tensor it is part of
+            total = self.plan.row_stride(out)
         lines, offset = [], 0
         for tid, scale, in_place in zip(s.inputs, p["in_scales"], p.get("in_place", [False] * len(s.inputs))):
             n = self.shape(tid)[axis]
@@ -191,7 +194,8 @@ class CpuPrinter:
     def op_affine(self, s, p):
         outer, c, inner = split(self.shape(s.inputs[0]), int(p["axis"]))
         x, mul, add = (self.ptr(t) for t in s.inputs)
-        return [f"o2g_affine({x}, {mul}, {add}, {self.ptr(s.outputs[0])}, {outer}, {c}, {inner}, "
+        row = self.plan.row_stride(s.inputs[0]) if self.plan.tensors[s.inputs[0]].slice_of else c * inner
+        return [f"o2g_affine({x}, {row}, {mul}, {add}, {self.ptr(s.outputs[0])}, {outer}, {c}, {inner}, "
                 f"{c_float(p['in_scale'])}, {c_float(p['out_scale'])}, {int(bool(p.get('relu')))});"]
 
     def op_lrn(self, s, p):

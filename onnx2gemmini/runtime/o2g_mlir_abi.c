@@ -443,8 +443,9 @@ void _mlir_ciface_o2g_rt_affine(o2g_unranked_memref *x, o2g_unranked_memref *mul
     if (axis < 0 || axis >= vx.rank || (int)vm.count != vx.sizes[axis] || va.count != vm.count)
         o2g_mlir_fail(fn, "mul/add do not match the channel axis");
     o2g_split(&vx, (int)axis, &outer, &inner);
-    o2g_affine((const int8_t *)vx.data, (const float *)vm.data, (const float *)va.data, (int8_t *)vy.data, outer,
-               (size_t)vx.sizes[axis], inner, (float)in_scale, (float)out_scale, (int)relu);
+    o2g_affine((const int8_t *)vx.data, (size_t)vx.sizes[axis] * inner, (const float *)vm.data,
+               (const float *)va.data, (int8_t *)vy.data, outer, (size_t)vx.sizes[axis], inner, (float)in_scale,
+               (float)out_scale, (int)relu);
 }
 
 void _mlir_ciface_o2g_rt_lrn(o2g_unranked_memref *x, o2g_unranked_memref *y, double alpha, int64_t axis,

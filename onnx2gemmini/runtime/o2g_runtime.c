@@ -505,7 +505,7 @@ void o2g_dwconv(const int8_t *x, const int8_t *weights, const int32_t *bias, int
                 }
 }
 
-void o2g_affine(const int8_t *x, const float *mul, const float *add, int8_t *y, size_t outer,
+void o2g_affine(const int8_t *x, size_t x_row, const float *mul, const float *add, int8_t *y, size_t outer,
                 size_t channels, size_t inner, float in_scale, float out_scale, int relu)
 {
     size_t o, c, i;
@@ -513,7 +513,7 @@ void o2g_affine(const int8_t *x, const float *mul, const float *add, int8_t *y, 
         for (c = 0; c < channels; c++)
             for (i = 0; i < inner; i++) {
                 const size_t at = (o * channels + c) * inner + i;
-                volatile float f = (float)x[at] * in_scale;
+                volatile float f = (float)x[o * x_row + c * inner + i] * in_scale;
                 volatile float m = f * mul[c];
                 const int8_t q = o2g_quantize_one(m + add[c], out_scale);
                 *(y + at) = relu && q < 0 ? 0 : q;

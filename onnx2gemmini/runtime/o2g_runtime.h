@@ -125,8 +125,10 @@ void o2g_dwconv(const int8_t *x, const int8_t *weights, const int32_t *bias, int
                 int multiplier, float scale, int relu);
 
 /* Per-channel y = (x * in_scale) * mul[c] + add[c] in float32, quantized with out_scale (then ReLU if
- * relu); x viewed as [outer][channels][inner] (a standalone BatchNormalization). Exact. */
-void o2g_affine(const int8_t *x, const float *mul, const float *add, int8_t *y, size_t outer,
+ * relu); x viewed as [outer][channels][inner] with x_row elements between its outer rows (channels *
+ * inner when dense; more for a channel slice of a wider tensor); y dense. A standalone BatchNormalization.
+ * Exact. */
+void o2g_affine(const int8_t *x, size_t x_row, const float *mul, const float *add, int8_t *y, size_t outer,
                 size_t channels, size_t inner, float in_scale, float out_scale, int relu);
 
 /* ONNX LRN across the channels of x viewed as [outer][channels][inner], in float32: window sums

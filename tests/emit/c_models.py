@@ -104,6 +104,22 @@ def concat_in_place():
     return chain(nodes, {"x": [1, 3, 6, 6]}, inits, outputs=("y", "d", "e"))
 
 
+def dense_block():
+    """DenseNet: each layer's BN+ReLU reads the running concat, its conv's output joins the next concat;
+    every concat in the chain is written in place into the last one's buffer."""
+    bn = {f"{k}{i}": v for i in (1, 2) for k, v in BN_4.items()}
+    bn2 = {f"{k}2": np.concatenate([v, v]) for k, v in BN_4.items()}
+    nodes = [("Conv", ["x", "W0"], ["y0"], {"pads": [1, 1, 1, 1]}),
+             ("BatchNormalization", ["y0", "s1", "b1", "m1", "v1"], ["n1"], {}), ("Relu", ["n1"], ["r1"], {}),
+             ("Conv", ["r1", "W1"], ["c1"], {}), ("Concat", ["y0", "c1"], ["y1"], {"axis": 1}),
+             ("BatchNormalization", ["y1", "s2", "b2", "m2", "v2"], ["n2"], {}), ("Relu", ["n2"], ["r2"], {}),
+             ("Conv", ["r2", "W2"], ["c2"], {"pads": [1, 1, 1, 1]}), ("Concat", ["y1", "c2"], ["y2"], {"axis": 1}),
+             ("Conv", ["y2", "W3"], ["y"], {})]
+    inits = {"W0": weights(21, 4, 3, 3, 3), "W1": weights(22, 4, 4, 1, 1), "W2": weights(23, 4, 8, 3, 3),
+             "W3": weights(24, 5, 12, 1, 1), **bn, **bn2}
+    return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
+
+
 def depthwise(multiplier=1):
     c = 4
     return chain([("Conv", ["x", "W", "B"], ["c"], {"group": c, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
@@ -133,6 +149,9 @@ def unary(op, shape=(1, 4, 6, 6), **attrs):
 
 BN = {"s": rng(17).uniform(0.5, 1.5, 3).astype(np.float32), "b": weights(18, 3, std=0.2),
       "m": weights(19, 3, std=0.2), "v": rng(20).uniform(0.5, 1.5, 3).astype(np.float32)}
+
+BN_4 = {"s": rng(25).uniform(0.5, 1.5, 4).astype(np.float32), "b": weights(26, 4, std=0.2),
+        "m": weights(27, 4, std=0.2), "v": rng(28).uniform(0.5, 1.5, 4).astype(np.float32)}
 
 # name -> builder; together they cover every plan step kind and CPU op the C back end prints
 MODELS = {
@@ -167,6 +186,7 @@ MODELS = {
     "concat_channels": lambda: concat(),
     "concat_requantized": lambda: concat(requantized=True),
     "concat_in_place": concat_in_place,
+    "dense_block": dense_block,
     "conv_weight_scale_per_channel": lambda: conv_model(c=5, oc=6, post=("relu", "maxpool2_2_0")),
     "gemm_weight_scale_groups": lambda: gemm(),
     "depthwise_relu": lambda: depthwise(),

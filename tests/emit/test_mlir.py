@@ -318,6 +318,7 @@ MODELS = {
     **{name: (C_MODELS[name], ops) for name, ops in (
         ("concat_in_place", ["@o2g_rt_concat_into", "gemmini.tile_conv", "gemmini.tile_matmul"]),
         ("batchnorm_scale_relu", ["@o2g_rt_affine"]),
+        ("dense_block", ["@o2g_rt_affine", "@o2g_rt_concat_into"]),
         ("conv_weight_scale_per_channel", ["gemmini.tile_conv", "@o2g_rt_concat_into"]),
         ("gemm_weight_scale_groups", ["gemmini.tile_matmul", "@o2g_rt_concat_into"]),
         ("slice_steps_nhwc", ["@o2g_rt_remap"]), ("slice_3d", ["@o2g_rt_remap"]),
