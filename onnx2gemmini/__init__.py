@@ -15,7 +15,7 @@ __all__ = ["compile", "diff", "Compiled", "O2GError", "UsageError", "ModelError"
 
 
 def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=None,
-         calib_method: str = "minmax", num_samples: int | None = None, equalize: bool = True,
+         calib_method: str = "mse", num_samples: int | None = None, equalize: bool = True,
          tiling: str = "search", bias_correction: bool = True,
          weight_scales: str = "tensor") -> dict:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`)."""

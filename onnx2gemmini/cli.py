@@ -33,7 +33,7 @@ def _common(f):
         click.option("--calib", type=click.Path(path_type=Path), help="Calibration data (.npz, .npy or a "
                      "test_data_set_* directory); without it: deterministic random data and a warning."),
         click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples."),
-        click.option("--calib-method", type=click.Choice(["minmax", "percentile", "mse"]), default="minmax",
+        click.option("--calib-method", type=click.Choice(["minmax", "percentile", "mse"]), default="mse",
                      show_default=True, help="Range estimator."),
         click.option("--config", "config", default="default", show_default=True,
                      help="Gemmini configuration: a preset name or a JSON file."),
