@@ -42,10 +42,12 @@ def _strided_reader(step: Step, tid: str, tensors: dict[str, Tensor]) -> bool:
         (isinstance(step, Conv) and step.input == tid)
 
 
-def _strided_writer(step: Step) -> bool:
+def _strided_writer(step: Step, tensors: dict[str, Tensor]) -> bool:
     """Steps that can write through a row stride: Gemmini's matmul and conv, and a last-axis concat (which
     makes DenseNet's chains of concats one buffer)."""
-    return isinstance(step, (Matmul, Conv)) or (isinstance(step, CpuOp) and step.op == "concat")
+    if isinstance(step, CpuOp):
+        return step.op == "concat" and step.params["axis"] == len(tensors[step.outputs[0]].shape) - 1
+    return isinstance(step, (Matmul, Conv))
 
 
 def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list[str]) -> list[Step]:
@@ -77,7 +79,7 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
             ok = (scale == step.params["out_scale"] and t.dtype == "int8" and t.view_of is None
                   and t.slice_of is None and tid not in outputs and tid not in viewed
                   and step.inputs.count(tid) == 1 and len(writers.get(tid, [])) == 1
-                  and _strided_writer(steps[writers[tid][0]])
+                  and _strided_writer(steps[writers[tid][0]], tensors)
                   and all(j == i or _strided_reader(steps[j], tid, tensors) for j in readers.get(tid, [])))
             if ok:
                 tensors[tid] = dataclasses.replace(t, slice_of=out.id, offset=offset)

@@ -71,3 +71,16 @@ def test_densify_computes_the_same_bytes(name):
         want, got = Emulator(plan).run(data.sample(i)), Emulator(dense).run(data.sample(i))
         for tid in plan.outputs:
             np.testing.assert_array_equal(got[tid], want[tid])
+
+
+def test_a_concat_on_another_axis_is_not_written_in_place():
+    """Rows of a concat along H are not a channel range: its output stays a buffer of its own."""
+    same = {"pads": [1, 1, 1, 1]}
+    nodes = [("Conv", ["x", "W1"], ["c1"], same), ("Conv", ["x", "W2"], ["c2"], same),
+             ("Concat", ["c1", "c2"], ["h"], {"axis": 2}), ("Conv", ["x2", "W3"], ["c3"], same),
+             ("Concat", ["h", "c3"], ["y"], {"axis": 1})]
+    model = chain(nodes, {"x": [1, 3, 6, 6], "x2": [1, 3, 12, 6]},
+                  {"W1": weights(1, 4, 3, 3, 3), "W2": weights(2, 4, 3, 3, 3), "W3": weights(3, 2, 3, 3, 3)})
+    compiled_model, _ = assert_matches_ort(model)
+    plan = compiled_model.plan
+    assert plan.tensors["h"].slice_of is None and plan.tensors["c3"].slice_of == "y"
