@@ -113,26 +113,20 @@ def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w=None,
         s_w = group_scales(w, axis, group)
     if s_w is None:
         s_w = scale_for(float(np.max(np.abs(w))) if w.size else 0.0)
-    per_channel = np.ndim(s_w) > 0 and len(set(np.asarray(s_w, np.float32).tolist())) > 1
-    if np.ndim(s_w) > 0 and not per_channel:
-        s_w = float(np.asarray(s_w, np.float32).reshape(-1)[0])
-    if not per_channel:
-        q = np.clip(np.rint(w.astype(np.float32) / np.float32(s_w)), -INT8_MAX, INT8_MAX).astype(np.int8)
-        sb = bias_scale(s_in, s_w)
-        bias = None
-        if b is not None:
-            bias = np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32)
-        return WeightQuant(q, float(s_w), bias, sb, input_scale=s_in)
     cs = np.asarray(s_w, np.float32).reshape(-1)
-    shape = [1] * w.ndim
-    shape[axis] = len(cs)
-    q = np.clip(np.rint(w.astype(np.float32) / cs.reshape(shape)), -INT8_MAX, INT8_MAX).astype(np.int8)
-    wq = WeightQuant(q, float(cs.max()), None, bias_scale(s_in, float(cs.max())), cs, axis, s_in)
+    per_channel = len(set(cs.tolist())) > 1  # equal scales everywhere are one scale
+    divisor = np.float32(cs[0])
+    if per_channel:
+        shape = [1] * w.ndim
+        shape[axis] = len(cs)
+        divisor = cs.reshape(shape)
+    q = np.clip(np.rint(w.astype(np.float32) / divisor), -INT8_MAX, INT8_MAX).astype(np.int8)
+    top = float(cs.max())
+    wq = WeightQuant(q, top, None, bias_scale(s_in, top), cs if per_channel else None, axis or 0, s_in)
     if b is None:
         return wq
-    sb = wq.bias_scales().astype(np.float64)
-    bias = np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32)
-    return dataclasses.replace(wq, bias=bias)
+    sb = np.asarray(wq.bias_scales(), np.float64)
+    return dataclasses.replace(wq, bias=np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32))
 
 
 def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:

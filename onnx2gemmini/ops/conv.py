@@ -72,6 +72,11 @@ def direct_conv_reasons(g: dict, fused_pool: bool) -> list[str]:
     return reasons
 
 
+def pointwise(g: dict, pool) -> bool:
+    """A 1x1, stride-1, unpadded conv without a fused pool: a plain matmul on the NHWC activation rows."""
+    return g["kernel"] == [1, 1] and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0] and not pool
+
+
 @handler("Conv", since=1)
 class ConvHandler(Handler):
     gemmini = ("tiled_conv (fused ReLU / Clip(0,hi) / max-pool); 1x1 convs as tiled_matmul; groups, and runs of "
@@ -199,9 +204,8 @@ class ConvHandler(Handler):
     def _gemmini_only(node: NodeView, g: dict) -> bool:
         """Whether `_lower_one` gives Gemmini steps only (a matmul or one tiled_conv), which can read and
         write strided channel slices; CPU im2col and CPU max-pool need dense buffers."""
-        kernel_1x1 = g["kernel"] == [1, 1] and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0]
         pool = node.fused.get("pool")
-        return (kernel_1x1 and not pool) or not direct_conv_reasons(g, pool is not None)
+        return pointwise(g, pool) or not direct_conv_reasons(g, pool is not None)
 
     def _lower_depthwise(self, node, ctx, x, y, q, bias, s_w, suffix) -> Lowered:
         """tiled_conv_dw on Gemmini when it can take the geometry and the estimate says it is faster,
@@ -264,7 +268,7 @@ class ConvHandler(Handler):
         # [KH][KW][IC][OC]: the row order of Gemmini's conv weights and of our im2col columns.
         w_hwio = np.ascontiguousarray(w_oihw.transpose(2, 3, 1, 0).reshape(kh * kw * ic, oc))
         reasons = direct_conv_reasons(g, pool is not None)
-        if kh == kw == 1 and g["strides"] == [1, 1] and g["pads"] == [0, 0, 0, 0] and not pool:
+        if pointwise(g, pool):
             return lowered.add(matmul(node, ctx, x, n * h * w, ic, y, w_hwio, bias, s_in, s_w, suffix))
         if not reasons:
             w_id = ctx.const_id(node.name, "W" + suffix)

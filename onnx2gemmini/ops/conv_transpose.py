@@ -21,6 +21,8 @@ from .conv import ConvHandler, weight_reasons
 from .registry import Handler, Lowered, handler
 from .resample import lower_remap
 
+_CONV = ConvHandler()  # its lowering pieces, not a second registration
+
 
 def upsample_map(n: int, kernel: int, stride: int, dilation: int, before: int, after: int, extra: int) -> list[int]:
     """Source position of every position of the zero-inserted, padded axis (-1: an inserted zero)."""
@@ -144,4 +146,4 @@ class ConvTransposeHandler(Handler):
         w_oihw = np.ascontiguousarray(wq.q.reshape(groups, ic // groups, ocg, kh, kw).transpose(0, 2, 1, 3, 4)
                                       [..., ::-1, ::-1].reshape(groups * ocg, ic // groups, kh, kw))
         # ConvHandler's lowering with the geometry of the conv after zero insertion, not the node's own
-        return lowered.add(ConvHandler()._lower_ranges(node, ctx, up_t, y, replace(wq, q=w_oihw), groups, g))
+        return lowered.add(_CONV._lower_ranges(node, ctx, up_t, y, replace(wq, q=w_oihw), groups, g))

@@ -44,7 +44,8 @@ class Emulator:
             return
         if base.id not in buffers:
             buffers[base.id] = np.zeros(base.shape, np.dtype(base.dtype))
-        buffers[base.id].reshape(-1)[self._rows(tid)] = value.reshape(self._rows(tid).shape)
+        rows = self._rows(tid)
+        buffers[base.id].reshape(-1)[rows] = value.reshape(rows.shape)
 
     def get(self, buffers: dict[str, np.ndarray], tid: str) -> np.ndarray:
         """A tensor's value, following views and slices to the buffer that holds its bytes."""
