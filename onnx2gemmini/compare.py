@@ -18,7 +18,7 @@ from .compiler import Compiled
 from .data import Dataset
 from .emit.qdq import build_float, build_qdq, input_tensor_name
 from .metrics import cosine, sqnr_db, top1_agreement
-from .ops.elementwise import resadd_tolerance
+from .numerics import quantize, resadd_tolerance
 from .plan import CpuOp, GlobalAverage, Resadd, Tensor
 from .run.emulator import Emulator
 
@@ -110,7 +110,7 @@ def run_diff(compiled: Compiled, data: Dataset) -> dict:
         for name, tid in zip(output_names, plan.outputs):
             t = plan.tensors[tid]
             q = emulator.get(buffers, tid).astype(np.int32)
-            g = np.clip(np.rint(gold[name] / np.float32(t.scale)), -128, 127).astype(np.int32)
+            g = quantize(gold[name], t.scale).astype(np.int32)
             st = stats[name]
             st["compared"] += q.size
             st["mismatches"] += int(np.count_nonzero(q != g))
@@ -124,7 +124,7 @@ def run_diff(compiled: Compiled, data: Dataset) -> dict:
             feed = {}
             for src, name in zip(layer.inputs, feeds):
                 feed[name] = int8_value(buffers, src).astype(np.float32) * np.float32(quant.scales[src])
-            gold_layer = np.rint(sess.run([layer.tensor], feed)[0] / scale).astype(np.int32)
+            gold_layer = quantize(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
             diff = np.abs(ours - gold_layer)
             layer.lsb = max(layer.lsb, int(diff.max()) if diff.size else 0)
             layer.mismatches += int(np.count_nonzero(diff))

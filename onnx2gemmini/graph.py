@@ -24,6 +24,28 @@ class ValueInfo:
     dtype: np.dtype
 
 
+@dataclass(frozen=True)
+class FusedPool:
+    """A MaxPool moved into the conv before it (passes/fuse_maxpool.py): square window, one stride and
+    padding, each at most 3 (config_st's 2-bit fields)."""
+
+    size: int
+    stride: int
+    padding: int
+    node: str            # the MaxPool node it replaces
+
+
+@dataclass(frozen=True)
+class Fused:
+    """What the rewrite passes moved into a node, read by the handlers and the golden."""
+
+    relu: bool = False                         # a following Relu or Clip(0, hi)
+    clip: tuple[float, float] | None = None    # Clip(0, hi): the output scale becomes hi/127
+    activation_node: str | None = None         # the Relu/Clip node absorbed
+    pool: FusedPool | None = None              # a following MaxPool (convs only)
+    bias: str | None = None                    # MatMul + Add of a per-channel constant: that initializer
+
+
 @dataclass
 class Node:
     name: str
@@ -32,8 +54,7 @@ class Node:
     outputs: list[str]
     attrs: dict[str, Any]
     domain: str = ""
-    # Set by fusion passes: {"activation": "relu"|"clip", "clip": (lo, hi), "pool": {...}, "bias": name}.
-    fused: dict[str, Any] = field(default_factory=dict)
+    fused: Fused = field(default_factory=Fused)  # replaced (never mutated) by the fusion passes
 
 
 @dataclass
@@ -124,7 +145,7 @@ class NodeView:
         self.inputs: tuple[str, ...] = tuple(node.inputs)
         self.outputs: tuple[str, ...] = tuple(node.outputs)
         self.attrs: Mapping[str, Any] = MappingProxyType(dict(node.attrs))
-        self.fused: Mapping[str, Any] = MappingProxyType(dict(node.fused))
+        self.fused: Fused = node.fused
         self._spec = input_names(node.op_type, graph.opset, node.domain)
 
     def input(self, spec_name: str) -> str | None:

@@ -13,34 +13,7 @@ import numpy as np
 
 from .errors import UnsupportedError
 from .graph import Graph, NodeView, topological
-
-INT8_MAX = 127
-
-
-def f32(x: float) -> float:
-    """`x` rounded to the nearest float32, as a Python float."""
-    return float(np.float32(x))
-
-
-def scale_for(amax: float) -> float:
-    """Symmetric int8 scale of a range; an all-zero tensor gets a harmless 1/127."""
-    return f32(amax / INT8_MAX) if amax > 0 and np.isfinite(amax) else f32(1.0 / INT8_MAX)
-
-
-def bias_scale(s_in: float, s_w: float) -> float:
-    return float(np.float32(s_in) * np.float32(s_w))
-
-
-def multiplier(s_in: float, s_w: float, s_out: float) -> float:
-    """Gemmini's acc_scale: float32(float32(s_in*s_w)/s_out) — the exact value onnxruntime uses."""
-    return float(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
-
-
-def quantize_array(x: np.ndarray, scale: float) -> np.ndarray:
-    """ONNX QuantizeLinear to int8 with zero point 0: float32 true division, round half to even."""
-    q = np.rint(np.asarray(x, np.float32) / np.float32(scale))
-    return np.clip(q, -128, 127).astype(np.int8)
-
+from .numerics import bias_scale, quantize_bias, scale_for, symmetric_int8
 
 @dataclass(frozen=True)
 class WeightQuant:
@@ -120,13 +93,12 @@ def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w=None,
         shape = [1] * w.ndim
         shape[axis] = len(cs)
         divisor = cs.reshape(shape)
-    q = np.clip(np.rint(w.astype(np.float32) / divisor), -INT8_MAX, INT8_MAX).astype(np.int8)
+    q = symmetric_int8(w, divisor)
     top = float(cs.max())
     wq = WeightQuant(q, top, None, bias_scale(s_in, top), cs if per_channel else None, axis or 0, s_in)
     if b is None:
         return wq
-    sb = np.asarray(wq.bias_scales(), np.float64)
-    return dataclasses.replace(wq, bias=np.clip(np.rint(b.astype(np.float64) / sb), -2**31, 2**31 - 1).astype(np.int32))
+    return dataclasses.replace(wq, bias=quantize_bias(b, wq.bias_scales()))
 
 
 def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
@@ -148,7 +120,7 @@ def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
         rule = handlers[node.name].output_scale
         acts = [i for i in node.inputs if i and i not in graph.initializers]
         out = node.outputs[0]
-        if "clip" in node.fused or (rule == "input" and acts and acts[0] in fixed):
+        if node.fused.clip or (rule == "input" and acts and acts[0] in fixed):
             fixed.add(out)
             continue
         tied = acts[:1] if rule == "input" else acts if rule == "shared" else []
@@ -238,8 +210,8 @@ def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: 
         for out in (o for o in node.outputs if o):
             if out in fixed:
                 scales[out] = fixed[out]
-            elif "clip" in node.fused:
-                scales[out] = scale_for(node.fused["clip"][1])
+            elif node.fused.clip:
+                scales[out] = scale_for(node.fused.clip[1])
             elif handler.output_scale == "input" and activations:
                 scales[out] = scales[activations[0]]
             else:

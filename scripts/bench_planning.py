@@ -20,7 +20,7 @@ import onnx2gemmini as o2g
 from onnx2gemmini.config import load_config
 from onnx2gemmini.plan import Conv, Matmul
 from onnx2gemmini.tiling import apply_tiles, plan_costs
-from onnx2gemmini.tiling_cost import conv_axis, conv_axis_sums
+from onnx2gemmini.tiling.cost import conv_axis, conv_axis_sums
 
 TARGET_RATIO, TARGET_SECONDS = 0.8, 10.0
 

@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from onnx2gemmini.config import PRESETS
-from onnx2gemmini.tiling_cost import (conv_cost, conv_traffic, global_average_cost, matmul_cost,
+from onnx2gemmini.tiling.cost import (conv_cost, conv_traffic, global_average_cost, matmul_cost,
                                       matmul_traffic, pixels_per_row, resadd_cost)
-from onnx2gemmini.tiling_geometry import ConvGeometry, ceil_div
+from onnx2gemmini.tiling.geometry import ConvGeometry, ceil_div
 from tests.test_tiling import CONFIGS, any_conv_tiles, conv_geometries
 
 DEFAULT = PRESETS["default"]

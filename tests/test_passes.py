@@ -31,7 +31,7 @@ def test_bn_relu_pool_fold_into_one_conv_with_same_numbers():
     graph, changes = rewritten(model)
     assert [n.op_type for n in graph.nodes] == ["Conv"]
     conv = graph.nodes[0]
-    assert conv.fused["activation"] == "relu" and conv.fused["pool"]["padding"] == 1
+    assert conv.fused.relu and conv.fused.pool.padding == 1
     assert conv.outputs == ["y"]
     assert len(changes) == 3
     # the folded conv computes the same floats as conv + BN
@@ -88,7 +88,7 @@ def test_matmul_add_becomes_bias_and_clip_0_6_fuses():
     graph, changes = rewritten(model)
     assert [n.op_type for n in graph.nodes] == ["MatMul"]
     node = graph.nodes[0]
-    assert node.fused["clip"] == (0.0, 6.0) and "bias" in node.fused
+    assert node.fused.clip == (0.0, 6.0) and node.fused.bias
     assert any("became the bias" in c for c in changes)
 
 
@@ -117,7 +117,7 @@ def test_per_channel_scale_and_relu_merge_into_one_batchnorm():
     model = bn_scale_relu()
     graph, changes = rewritten(model)
     assert [n.op_type for n in graph.nodes] == ["BatchNormalization"]
-    assert graph.nodes[0].fused["activation"] == "relu" and graph.nodes[0].outputs == ["y"]
+    assert graph.nodes[0].fused.relu and graph.nodes[0].outputs == ["y"]
     assert sum("merged into" in c for c in changes) == 2
     compiled, _ = assert_matches_ort(model)
     assert [getattr(s, "op", s.kind) for s in compiled.plan.steps] == ["quantize", "affine", "transpose"]

@@ -1,21 +1,11 @@
 """Quantization rules: one float32 scale per tensor, shared scales where the op moves int8 values."""
 import numpy as np
-import pytest
 from onnx import helper
 
 import onnx2gemmini as o2g
-from onnx2gemmini.quantize import multiplier, quantize_array, quantize_weights, scale_for
+from onnx2gemmini.numerics import scale_for
+from onnx2gemmini.quantize import quantize_weights
 from tests.helpers import infer_outputs, random_dataset, rng
-
-
-def test_multiplier_is_float32_arithmetic():
-    s_in, s_w, s_out = 0.1, 0.003, 0.07
-    expected = np.float32(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
-    assert multiplier(s_in, s_w, s_out) == float(expected)
-
-
-def test_quantize_array_is_quantizelinear():
-    assert quantize_array(np.array([0.25, 0.75, -0.25, 1000.0], np.float32), 0.5).tolist() == [0, 2, 0, 127]
 
 
 def test_weights_symmetric_and_bias_at_product_scale():
@@ -38,7 +28,3 @@ def test_scale_sharing_rules():
     assert s["y"] == s["p"]          # Flatten shares its input's scale
     # the fused pool's output keeps the conv+relu scale; a standalone pool shares its input's
     assert s["p"] in (s.get("r"), s.get("p"))
-
-
-def test_all_zero_tensor_gets_a_usable_scale():
-    assert scale_for(0.0) == pytest.approx(1 / 127)

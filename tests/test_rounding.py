@@ -49,8 +49,3 @@ def test_gemm_ties_round_half_to_even_like_onnxruntime():
     calib = Dataset({"x": _integer_data((4, 32), 2, 3)}, None, "ints")
     compiled, _ = assert_matches_ort(model, calib=calib)
     assert next(s for s in compiled.plan.steps if s.kind == "matmul").scale == 0.125
-
-
-def test_acc_scale_examples_from_the_spec():
-    acc = np.array([1000, 1016, -1000, -1016, 1008, -1008], np.int32)
-    assert kernels.acc_scale(acc, 0.0625).tolist() == [62, 64, -62, -64, 63, -63]

@@ -14,10 +14,10 @@ from onnx2gemmini.plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from onnx2gemmini.tiling import (apply_tiles, baseline_conv_tiles, baseline_matmul_tiles, baseline_tiles,
                                  choose_conv_tiles, choose_matmul_tiles, conv_fits, conv_rows,
                                  cost_callback, matmul_fits, matmul_rows, plan_costs, step_costs)
-from onnx2gemmini.tiling_baseline import baseline_global_average_tile, baseline_resadd_tiles
-from onnx2gemmini.tiling_capacity import resadd_acc_rows
-from onnx2gemmini.tiling_cost import conv_traffic, matmul_cost, matmul_traffic
-from onnx2gemmini.tiling_geometry import ConvGeometry, ceil_div, distinct_tile_sizes
+from onnx2gemmini.tiling.baseline import baseline_global_average_tile, baseline_resadd_tiles
+from onnx2gemmini.tiling.capacity import resadd_acc_rows
+from onnx2gemmini.tiling.cost import conv_traffic, matmul_cost, matmul_traffic
+from onnx2gemmini.tiling.geometry import ConvGeometry, ceil_div, distinct_tile_sizes
 
 # --- strategies (also used by tests/test_cost_model.py and tests/run/test_tiled.py) ----------------
 

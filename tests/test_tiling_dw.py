@@ -10,7 +10,7 @@ import pytest
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.plan import ConvDw
 from onnx2gemmini.tiling import step_costs
-from onnx2gemmini.tiling_dw import (CPU_CYCLES_PER_MAC, CPU_INSTRUCTIONS_PER_MAC, CPU_INSTRUCTIONS_PER_OUTPUT,
+from onnx2gemmini.tiling.dw import (CPU_CYCLES_PER_MAC, CPU_INSTRUCTIONS_PER_MAC, CPU_INSTRUCTIONS_PER_OUTPUT,
                                     cpu_dw_cycles, dw_dram_bytes, gemmini_dw_cycles)
 
 STEP = ConvDw("dw", batch_size=1, in_row_dim=56, in_col_dim=56, channels=144, out_row_dim=56, out_col_dim=56,
@@ -54,7 +54,7 @@ def test_cpu_constants_still_describe_the_runtime_kernel(tmp_path):
     script = _measure_script()
     rows = script.run(script.build(tmp_path, "riscv64-unknown-elf-"), "spike")
     per_mac, per_output = script.fit(rows)
-    hint = "o2g_dwconv (or the toolchain) changed: run python scripts/measure_cpu_kernels.py and update tiling_dw.py"
+    hint = "o2g_dwconv (or the toolchain) changed: run python scripts/measure_cpu_kernels.py and update onnx2gemmini/tiling/dw.py"
     assert per_mac == pytest.approx(CPU_INSTRUCTIONS_PER_MAC, rel=0.02), hint
     assert per_output == pytest.approx(CPU_INSTRUCTIONS_PER_OUTPUT, rel=0.02), hint
     for r in rows:

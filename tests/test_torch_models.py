@@ -3,7 +3,6 @@ a ShuffleNet-like block and a 2-layer transformer encoder. Each must compile and
 QDQ model: bit for bit on Gemmini steps, within the stated LSB tolerance on CPU float steps."""
 import os
 
-import numpy as np
 import pytest
 
 import onnx2gemmini as o2g

@@ -263,7 +263,7 @@ class CProgram:
         plan, p, P = self.plan, self.p, self.P
         lines = self.c_banner() + [
             "/*",
-            f" * model.c: the forward pass, one gemmini.h call (or o2g_runtime CPU kernel) per plan step.",
+            " * model.c: the forward pass, one gemmini.h call (or o2g_runtime CPU kernel) per plan step.",
             f" * gemmini.h API: {GEMMINI_VERSION}.",
             " */",
             '#include "model.h"', '#include "model_config.h"', "",
@@ -277,8 +277,8 @@ class CProgram:
             '#include "o2g_runtime.h"', "",
             f"#if DIM != {P}_DIM || BANK_NUM != {P}_BANK_NUM || BANK_ROWS != {P}_BANK_ROWS || "
             f"ACC_ROWS != {P}_ACC_ROWS",
-            f'#error "gemmini_params.h does not match the Gemmini configuration this model was compiled '
-            f'for (model_config.h)"',
+            '#error "gemmini_params.h does not match the Gemmini configuration this model was compiled '
+            'for (model_config.h)"',
             "#endif", ""]
         lines += ["/* Constant data: weights.bin, pulled in by weights.S (64-byte aligned). */"]
         sizes = {sym: size for sym, _, size in wtable}

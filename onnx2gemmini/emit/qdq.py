@@ -81,9 +81,9 @@ class _Builder:
         """raw -> Q/DQ -> [Relu|Clip -> Q/DQ] -> [MaxPool -> Q/DQ], ending at node's output name."""
         out = node.outputs[0]
         stages = []
-        if node.fused.get("activation") == "relu":
-            stages.append("clip" if "clip" in node.fused else "relu")
-        if "pool" in node.fused:
+        if node.fused.relu:
+            stages.append("clip" if node.fused.clip else "relu")
+        if node.fused.pool:
             stages.append("pool")
         current = raw
         for i, stage in enumerate([None] + stages):
@@ -91,15 +91,15 @@ class _Builder:
                 self.node("Relu", [current], [f"{out}__relu"], name=f"{node.name}__Relu")
                 current = f"{out}__relu"
             elif stage == "clip":
-                lo, hi = node.fused["clip"]
+                lo, hi = node.fused.clip
                 lo_n = self.init(f"{out}__clip_lo", np.float32(lo))
                 hi_n = self.init(f"{out}__clip_hi", np.float32(hi))
                 self.node("Clip", [current, lo_n, hi_n], [f"{out}__clip"], name=f"{node.name}__Clip")
                 current = f"{out}__clip"
             elif stage == "pool":
-                p = node.fused["pool"]
+                p = node.fused.pool
                 self.node("MaxPool", [current], [f"{out}__pool"], name=f"{node.name}__MaxPool",
-                          kernel_shape=[p["size"]] * 2, strides=[p["stride"]] * 2, pads=[p["padding"]] * 4)
+                          kernel_shape=[p.size] * 2, strides=[p.stride] * 2, pads=[p.padding] * 4)
                 current = f"{out}__pool"
             last = i == len(stages)
             target = out if last else f"{out}__s{i}"
@@ -125,9 +125,9 @@ class _Builder:
         elif op in ("Gemm", "MatMul") and self.quant is None:
             attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "beta", "transA", "transB")}
             inputs = [self.operand(i) for i in ins]
-            if "bias" in node.fused:
+            if node.fused.bias:
                 self.node(op, inputs, [f"{raw}__nobias"], name=node.name, **attrs)
-                self.node("Add", [f"{raw}__nobias", self.operand(node.fused["bias"])], [raw], name=f"{node.name}__bias")
+                self.node("Add", [f"{raw}__nobias", self.operand(node.fused.bias)], [raw], name=f"{node.name}__bias")
             else:
                 self.node(op, inputs, [raw], name=node.name, **attrs)
             self.activation_chain(node, raw)
@@ -195,7 +195,7 @@ def build_qdq(graph: Graph, quant: QuantTable | None, name: str = "model") -> on
         if lookup(node.op_type, graph.opset, node.domain) is None:
             raise ValueError(f"no handler for {node.op_type}")
         n = Node(node.name, node.op_type, [renamed.get(i, i) for i in node.inputs], list(node.outputs),
-                 dict(node.attrs), node.domain, dict(node.fused))
+                 dict(node.attrs), node.domain, node.fused)
         b.lower(n)
     outputs = [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, o.shape) for o in graph.outputs]
     g = helper.make_graph(b.nodes, f"{name}_qdq", inputs, outputs, b.inits)

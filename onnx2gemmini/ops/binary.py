@@ -41,6 +41,6 @@ def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
     lowered.tensors.append(y)
     lowered.steps.append(CpuOp(node.name, op="binary", inputs=tuple(operands), outputs=(y.id,),
                                params={"fn": NAMES[node.op_type], "in_scales": scales, "out_scale": y.scale,
-                                       "relu": node.fused.get("activation") == "relu"},
+                                       "relu": node.fused.relu},
                                reason=reason, tolerance=1))
     return lowered

@@ -5,13 +5,13 @@ import numpy as np
 
 from ..graph import NodeView
 from ..plan import NO_ACTIVATION, RELU, CpuOp, Matmul, Tensor
-from ..quantize import multiplier
+from ..numerics import multiplier
 from .context import LowerContext
 from .registry import Lowered
 
 
 def activation_code(node: NodeView) -> int:
-    return RELU if node.fused.get("activation") == "relu" else NO_ACTIVATION
+    return RELU if node.fused.relu else NO_ACTIVATION
 
 
 def to_plain(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> Tensor:

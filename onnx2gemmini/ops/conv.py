@@ -9,8 +9,8 @@ import numpy as np
 
 from ..graph import NodeView
 from ..plan import Conv, ConvDw, CpuOp, Tensor
-from ..quantize import multiplier
-from ..tiling_dw import cpu_dw_cycles, gemmini_dw_cycles
+from ..numerics import multiplier
+from ..tiling.dw import cpu_dw_cycles, gemmini_dw_cycles
 from .common import activation_code, copy_range, matmul, to_nhwc
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
@@ -204,7 +204,7 @@ class ConvHandler(Handler):
     def _gemmini_only(node: NodeView, g: dict) -> bool:
         """Whether `_lower_one` gives Gemmini steps only (a matmul or one tiled_conv), which can read and
         write strided channel slices; CPU im2col and CPU max-pool need dense buffers."""
-        pool = node.fused.get("pool")
+        pool = node.fused.pool
         return pointwise(g, pool) or not direct_conv_reasons(g, pool is not None)
 
     def _lower_depthwise(self, node, ctx, x, y, q, bias, s_w, suffix) -> Lowered:
@@ -212,7 +212,7 @@ class ConvHandler(Handler):
         else an exact int8 depthwise kernel on the CPU (the same arithmetic)."""
         lowered = Lowered()
         g = geometry(node)
-        pool = node.fused.get("pool")
+        pool = node.fused.pool
         n, h, w, c = x.shape
         oh, ow = self._out_dims(h, w, g)
         oc, _, kh, kw = q.shape
@@ -231,8 +231,8 @@ class ConvHandler(Handler):
             step = ConvDw(node.name, batch_size=n, in_row_dim=h, in_col_dim=w, channels=c, out_row_dim=oh,
                           out_col_dim=ow, stride=g["strides"][0], padding=g["pads"][0], kernel_dim=kh,
                           input=x.id, weights=w_id, bias=dw_bias, output=y.id, act=activation_code(node),
-                          scale=scale, pool_size=pool["size"] if pool else 0,
-                          pool_stride=pool["stride"] if pool else 0, pool_padding=pool["padding"] if pool else 0)
+                          scale=scale, pool_size=pool.size if pool else 0,
+                          pool_stride=pool.stride if pool else 0, pool_padding=pool.padding if pool else 0)
             on_gemmini, on_cpu = gemmini_dw_cycles(step, ctx.config), cpu_dw_cycles(step)
             if on_gemmini <= on_cpu:
                 lowered.constants[w_id] = np.ascontiguousarray(q.reshape(c, kh, kw))  # [C][KH][KW]
@@ -262,7 +262,7 @@ class ConvHandler(Handler):
         n, h, w, ic = x.shape
         oc, _, kh, kw = w_oihw.shape
         g = g or geometry(node)
-        pool = node.fused.get("pool")
+        pool = node.fused.pool
         oh, ow = self._out_dims(h, w, g)
         s_in, s_out = x.scale, y.scale
         # [KH][KW][IC][OC]: the row order of Gemmini's conv weights and of our im2col columns.
@@ -281,8 +281,8 @@ class ConvHandler(Handler):
                 out_row_dim=oh, out_col_dim=ow, stride=g["strides"][0], padding=g["pads"][0],
                 kernel_dim=kh, input=x.id, weights=w_id, bias=b_id, output=y.id,
                 act=activation_code(node), scale=multiplier(s_in, s_w, s_out),
-                pool_size=pool["size"] if pool else 0, pool_stride=pool["stride"] if pool else 0,
-                pool_padding=pool["padding"] if pool else 0))
+                pool_size=pool.size if pool else 0, pool_stride=pool.stride if pool else 0,
+                pool_padding=pool.padding if pool else 0))
             return lowered
         why = ", ".join(reasons)
         cols = ctx.temp(node.name, "im2col" + suffix, (n * oh * ow, kh * kw * ic), s_in)
@@ -309,7 +309,7 @@ class ConvHandler(Handler):
 
 def _cpu_maxpool(node, src, dst, pool: dict, why: str) -> CpuOp:
     return CpuOp(node.name, op="maxpool", inputs=(src.id,), outputs=(dst.id,),
-                 params={"kernel": [pool["size"]] * 2, "strides": [pool["stride"]] * 2,
-                         "pads": [pool["padding"]] * 4, "dilations": [1, 1], "ceil_mode": 0,
+                 params={"kernel": [pool.size] * 2, "strides": [pool.stride] * 2,
+                         "pads": [pool.padding] * 4, "dilations": [1, 1], "ceil_mode": 0,
                          "out": list(dst.shape[1:3])},
                  reason=f"max-pool {why} cannot be fused")

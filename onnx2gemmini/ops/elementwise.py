@@ -10,21 +10,10 @@ import numpy as np
 from ..graph import NodeView
 from ..passes.fuse_activation import clip_bounds
 from ..plan import CpuOp, Resadd
-from ..quantize import f32
+from ..numerics import quantize_value, resadd_scales
 from .binary import lower_binary
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
-
-
-def resadd_scales(sa: float, sb: float, so: float) -> tuple[float, float, float]:
-    m = max(sa, sb)
-    return f32(np.float32(sa) / np.float32(m)), f32(np.float32(sb) / np.float32(m)), \
-        f32(np.float32(m) / np.float32(so))
-
-
-def resadd_tolerance(c_scale: float) -> int:
-    """LSB bound vs onnxruntime's float Add: one rounding of the rescaled input, then the output's."""
-    return 1 + int(np.floor(0.5 * c_scale))
 
 
 def resadd_reasons(node: NodeView) -> list[str]:
@@ -60,7 +49,7 @@ class _ResaddHandler(Handler):
         i, j = int(np.prod(a.shape[:-1])), a.shape[-1]
         sa, sb, sc = resadd_scales(a.scale, b.scale, y.scale)
         step = Resadd(node.name, I=i, J=j, A_scale=sa, B_scale=sb, C_scale=sc, A=a.id, B=b.id, C=y.id,
-                      relu=node.fused.get("activation") == "relu")
+                      relu=node.fused.relu)
         return Lowered([step], [y])
 
 
@@ -112,8 +101,8 @@ class ClipHandler(_UnaryInt8):
 
     def bounds(self, node, scale):
         lo, hi = self._bounds(node)
-        qlo = -128 if lo == float("-inf") else int(np.clip(np.rint(np.float32(lo) / np.float32(scale)), -128, 127))
-        qhi = 127 if hi == float("inf") else int(np.clip(np.rint(np.float32(hi) / np.float32(scale)), -128, 127))
+        qlo = -128 if lo == float("-inf") else quantize_value(lo, scale)
+        qhi = 127 if hi == float("inf") else quantize_value(hi, scale)
         return qlo, qhi
 
 

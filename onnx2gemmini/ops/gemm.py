@@ -8,8 +8,8 @@ import numpy as np
 
 from ..graph import NodeView
 from ..plan import CpuOp, Matmul, Tensor
-from ..quantize import multiplier
-from .common import activation_code, copy_range, grouped_matmul, matmul, to_plain
+from ..numerics import multiplier
+from .common import activation_code, copy_range, grouped_matmul, to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -103,7 +103,7 @@ class MatMulHandler(Handler):
     def float_weights(self, node):
         if not node.is_const(node.input("B")):
             return None
-        bias = node.fused.get("bias")
+        bias = node.fused.bias
         return node.const(node.input("B")).astype(np.float32), (None if bias is None else node.const(bias))
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:

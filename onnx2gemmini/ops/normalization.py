@@ -46,7 +46,7 @@ class BatchNormHandler(Handler):
         lowered.tensors.append(y)
         lowered.steps.append(CpuOp(node.name, op="affine", inputs=(x.id, a_id, b_id), outputs=(y.id,),
                                    params={"axis": axis, "in_scale": x.scale, "out_scale": y.scale,
-                                           "relu": node.fused.get("activation") == "relu"},
+                                           "relu": node.fused.relu},
                                    reason="batch normalization not after a conv: per-channel affine on the CPU",
                                    tolerance=1))
         return lowered

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import NodeView
+from ..numerics import quantize_value
 from ..plan import CpuOp, Tensor
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
@@ -38,11 +39,6 @@ def lower_remap(node: NodeView, ctx: LowerContext, x: Tensor, maps: list[list[in
     step = CpuOp(node.name, op="remap", inputs=(x.id,), outputs=(y.id,), params={"index": index, "value": int(value)},
                  reason=reason, tolerance=tolerance)
     return Lowered([step], [y]), y
-
-
-def quantized(value: float, scale: float) -> int:
-    """A float constant as QuantizeLinear stores it at `scale` (0 stays exactly 0)."""
-    return int(np.clip(np.rint(np.float32(value) / np.float32(scale)), -128, 127))
 
 
 class _Move(Handler):
@@ -139,7 +135,7 @@ class PadHandler(_Move):
 
     def value(self, node, scale):
         v = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-        return quantized(float(np.asarray(node.const(v)).reshape(-1)[0]), scale) if v else 0
+        return quantize_value(float(np.asarray(node.const(v)).reshape(-1)[0]), scale) if v else 0
 
 
 def _source(o: np.ndarray, scale: np.float32, n_in: int, n_out: int, mode: str) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..graph import NodeView
 from ..plan import CpuOp
-from ..quantize import quantize_array
+from ..numerics import quantize
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -47,7 +47,7 @@ def lookup_table(fn, attrs, s_in: float, s_out: float) -> list[int]:
     with np.errstate(over="ignore", invalid="ignore"):
         y = np.asarray(fn(x, attrs), np.float32)
     y = np.nan_to_num(y, nan=0.0, posinf=np.float32(3e38), neginf=np.float32(-3e38))
-    return quantize_array(y, s_out).astype(int).tolist()
+    return quantize(y, s_out).astype(int).tolist()
 
 
 class _LutHandler(Handler):

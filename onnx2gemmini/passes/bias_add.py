@@ -4,6 +4,8 @@ Gemmini adds an int32 bias in the accumulator before scaling, so this Add is fre
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..config import GemminiConfig
@@ -28,7 +30,7 @@ def _channel_vector(value: np.ndarray, out_shape: tuple[int, ...], axis: int) ->
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = []
     for node in list(graph.nodes):
-        if node not in graph.nodes or node.op_type not in ("MatMul", "Conv") or "bias" in node.fused:
+        if node not in graph.nodes or node.op_type not in ("MatMul", "Conv") or node.fused.bias:
             continue
         add = graph.only_consumer(node.outputs[0])
         if add is None or add.op_type != "Add":
@@ -44,7 +46,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             if vec is None or graph.shapes[add.outputs[0]] != graph.shapes[node.outputs[0]]:
                 continue
             name = add_initializer(graph, node.name + "_bias", vec)
-            node.fused["bias"] = name
+            node.fused = replace(node.fused, bias=name)
         else:
             vec = _channel_vector(value, graph.shapes[add.outputs[0]], 1)
             if vec is None or graph.shapes[add.outputs[0]] != graph.shapes[node.outputs[0]]:

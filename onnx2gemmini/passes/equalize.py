@@ -19,7 +19,7 @@ ROUNDS = 4
 def _pairs(graph: Graph) -> list[tuple[Node, Node]]:
     pairs = []
     for conv1 in graph.nodes:
-        if conv1.op_type != "Conv" or conv1.fused.get("activation") != "relu" or "clip" in conv1.fused:
+        if conv1.op_type != "Conv" or not conv1.fused.relu or conv1.fused.clip:
             continue
         conv2 = graph.only_consumer(conv1.outputs[0])
         if conv2 is None or conv2.op_type != "Conv" or conv2.inputs[0] != conv1.outputs[0]:

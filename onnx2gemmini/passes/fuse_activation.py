@@ -5,6 +5,8 @@ clip performs Clip(0, hi) exactly (quantize.py picks that scale).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..config import GemminiConfig
 from ..graph import Graph
 from .rewrite import absorb_successor, require_same_fixed_scale
@@ -31,23 +33,21 @@ def clip_bounds(attrs, inputs, const) -> tuple[float, float] | None:
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = []
     for node in list(graph.nodes):
-        if node not in graph.nodes or node.op_type not in PRODUCERS or "activation" in node.fused:
+        if node not in graph.nodes or node.op_type not in PRODUCERS or node.fused.relu:
             continue
         act = graph.only_consumer(node.outputs[0])
         if act is None:
             continue
         if act.op_type == "Relu":
-            node.fused["activation"] = "relu"
+            clip = None
         elif act.op_type == "Clip":
-            bounds = clip_bounds(act.attrs, act.inputs, graph.const)
-            if bounds is None or bounds[0] != 0.0 or not 0.0 < bounds[1] < float("inf"):
+            clip = clip_bounds(act.attrs, act.inputs, graph.const)
+            if clip is None or clip[0] != 0.0 or not 0.0 < clip[1] < float("inf"):
                 continue
-            node.fused["activation"] = "relu"
-            node.fused["clip"] = bounds
         else:
             continue
         require_same_fixed_scale(graph, node.outputs[0], act.outputs[0], act.op_type)
-        node.fused["activation_node"] = act.name
+        node.fused = replace(node.fused, relu=True, clip=clip, activation_node=act.name)
         absorb_successor(graph, node, act)
         changes.append(f"{act.name} ({act.op_type}) fused into {node.name}")
     return changes

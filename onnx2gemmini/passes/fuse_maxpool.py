@@ -5,14 +5,16 @@ padded positions read as 0, not -inf: that equals ONNX only after a ReLU or with
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..config import GemminiConfig
-from ..graph import Graph
+from ..graph import FusedPool, Graph
 from .rewrite import absorb_successor, require_same_fixed_scale
 
 MAX_POOL_FIELD = 3  # pool size, stride and padding are 2-bit fields of config_st
 
 
-def pool_geometry(node) -> dict | None:
+def pool_geometry(node) -> FusedPool | None:
     """Square, symmetric MaxPool parameters Gemmini can fuse, or None."""
     a = node.attrs
     kernel = list(a.get("kernel_shape", []))
@@ -31,7 +33,7 @@ def pool_geometry(node) -> dict | None:
         return None
     if pad >= size:
         return None
-    return {"size": size, "stride": stride, "padding": pad, "node": node.name}
+    return FusedPool(size, stride, pad, node.name)
 
 
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
@@ -39,7 +41,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         return []
     changes = []
     for node in list(graph.nodes):
-        if node not in graph.nodes or node.op_type != "Conv" or "pool" in node.fused:
+        if node not in graph.nodes or node.op_type != "Conv" or node.fused.pool:
             continue
         pool = graph.only_consumer(node.outputs[0])
         if pool is None or pool.op_type != "MaxPool":
@@ -47,11 +49,11 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         geometry = pool_geometry(pool)
         if geometry is None:
             continue
-        if geometry["padding"] and node.fused.get("activation") != "relu":
+        if geometry.padding and not node.fused.relu:
             continue  # zero-valued pool padding differs from -inf on negative values
         require_same_fixed_scale(graph, node.outputs[0], pool.outputs[0], "max-pool")
-        node.fused["pool"] = geometry
+        node.fused = replace(node.fused, pool=geometry)
         absorb_successor(graph, node, pool)
-        changes.append(f"{pool.name} (MaxPool {geometry['size']}/{geometry['stride']}/{geometry['padding']}) "
+        changes.append(f"{pool.name} (MaxPool {geometry.size}/{geometry.stride}/{geometry.padding}) "
                        f"fused into {node.name}")
     return changes

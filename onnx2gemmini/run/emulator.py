@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
-from ..quantize import quantize_array
+from ..numerics import quantize
 from . import kernels
 
 
@@ -63,7 +63,7 @@ class Emulator:
         get = lambda tid: self.get(buffers, tid)  # noqa: E731
         consts = self.plan.constants
         if isinstance(step, Quantize):
-            q = quantize_array(get(step.input), step.scale)
+            q = quantize(get(step.input), step.scale)
             return [q.transpose(0, 2, 3, 1) if step.to_nhwc else q]
         if isinstance(step, Matmul):
             a = get(step.A).reshape(step.I, step.K)

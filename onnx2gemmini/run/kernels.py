@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..numerics import acc_scale, mvin_scale, quantize, requantize, wrap_int32
+
 K_CHUNK = 1024
 
 
@@ -21,24 +23,6 @@ def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     for k0 in range(0, k, K_CHUNK):
         acc += (a32[:, k0:k0 + K_CHUNK] @ b32[k0:k0 + K_CHUNK]).astype(np.int64)
     return wrap_int32(acc)
-
-
-def wrap_int32(x: np.ndarray) -> np.ndarray:
-    """Two's-complement wrap, as the 32-bit accumulator does."""
-    return x.astype(np.int64).astype(np.uint32).view(np.int32) if x.dtype != np.int32 else x
-
-
-def acc_scale(acc: np.ndarray, scale: float, relu: bool = False) -> np.ndarray:
-    """Accumulator read-out: float32(acc) * float32(scale), round half to even, clip int8, then ReLU."""
-    y = np.rint(acc.astype(np.float32) * np.float32(scale))
-    return np.clip(y, 0 if relu else -128, 127).astype(np.int8)
-
-
-def mvin_scale(x: np.ndarray, scale: float) -> np.ndarray:
-    """The DMA's mvin scaling: int8 -> float32 * scale -> round half to even -> saturate int8."""
-    if scale == 1.0:
-        return x.astype(np.int8)
-    return np.clip(np.rint(x.astype(np.float32) * np.float32(scale)), -128, 127).astype(np.int8)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, scale: float, relu: bool,
@@ -149,7 +133,7 @@ def avgpool(x, kernel, strides, pads, dilations, out, count_include_pad=0, **_) 
         count = windows(padded, kernel, strides, (0, 0, 0, 0), dilations, out, pad_value=0).sum(axis=(3, 4))
     else:
         count = windows(ones, kernel, strides, pads, dilations, out, pad_value=0).sum(axis=(3, 4))
-    return _quantize(total.astype(np.float32) / count.astype(np.float32), 1.0)
+    return quantize(total.astype(np.float32) / count.astype(np.float32), 1.0)
 
 
 def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
@@ -157,13 +141,13 @@ def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
     f = x.astype(np.float32) * np.float32(in_scale)
     e = np.exp(f - f.max(axis=axis, keepdims=True))
     p = e / e.sum(axis=axis, keepdims=True)
-    return np.clip(np.rint(p / np.float32(out_scale)), -128, 127).astype(np.int8)
+    return quantize(p, out_scale)
 
 
 def resize_linear(x: np.ndarray, p: dict) -> np.ndarray:
     """Linear Resize on int8: dequantize, interpolate as onnxruntime does in float32, QuantizeLinear."""
     f = x.astype(np.float32) * np.float32(p["in_scale"])
-    return _quantize(linear_interpolate(f, p), p["out_scale"])
+    return quantize(linear_interpolate(f, p), p["out_scale"])
 
 
 def linear_interpolate(f: np.ndarray, p: dict) -> np.ndarray:
@@ -194,14 +178,6 @@ def linear_interpolate(f: np.ndarray, p: dict) -> np.ndarray:
     return total.astype(np.float32)
 
 
-def requantize(x: np.ndarray, s_in: float, s_out: float) -> np.ndarray:
-    """int8 at scale s_in -> int8 at s_out as DQ then Q do it: float32(x*s_in)/s_out, RNE, saturate."""
-    if s_in == s_out:
-        return x
-    y = np.rint((x.astype(np.float32) * np.float32(s_in)) / np.float32(s_out))
-    return np.clip(y, -128, 127).astype(np.int8)
-
-
 def concat(xs: list[np.ndarray], axis: int, in_scales, out_scale) -> np.ndarray:
     return np.concatenate([requantize(x, s, out_scale) for x, s in zip(xs, in_scales)], axis=axis)
 
@@ -221,8 +197,7 @@ def binary(fn: str, operands, in_scales, out_scale, relu=False) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         y = BINARY[fn](a, b).astype(np.float32)
     y = np.nan_to_num(y, nan=0.0, posinf=3e38, neginf=-3e38)
-    q = np.clip(np.rint(y / np.float32(out_scale)), 0 if relu else -128, 127)
-    return q.astype(np.int8)
+    return quantize(y, out_scale, lo=0 if relu else -128)
 
 
 def depthwise_conv(x, w, bias, kernel, strides, pads, dilations, out, multiplier, scale, relu) -> np.ndarray:
@@ -236,10 +211,6 @@ def depthwise_conv(x, w, bias, kernel, strides, pads, dilations, out, multiplier
     return acc_scale(wrap_int32(acc), scale, relu)
 
 
-def _quantize(y: np.ndarray, scale: float) -> np.ndarray:
-    return np.clip(np.rint(y.astype(np.float32) / np.float32(scale)), -128, 127).astype(np.int8)
-
-
 def _along(vec: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     shape = [1] * ndim
     shape[axis] = -1
@@ -250,7 +221,7 @@ def affine(x, mul, add, axis, in_scale, out_scale, relu=False) -> np.ndarray:
     """Per-channel y = x*mul + add in float32 (a standalone BatchNormalization), then ReLU if asked:
     max(q, 0) after quantizing equals quantizing max(f, 0), the zero point being 0."""
     f = x.astype(np.float32) * np.float32(in_scale)
-    q = _quantize(f * _along(mul, x.ndim, axis) + _along(add, x.ndim, axis), out_scale)
+    q = quantize(f * _along(mul, x.ndim, axis) + _along(add, x.ndim, axis), out_scale)
     return np.maximum(q, 0).astype(np.int8) if relu else q
 
 
@@ -265,7 +236,7 @@ def lrn(x, axis, size, alpha, beta, bias, in_scale, out_scale) -> np.ndarray:
     csum = np.cumsum(np.concatenate([np.zeros(f.shape[:-1] + (1,), np.float32), padded], axis=-1), axis=-1)
     window = csum[..., size:size + c] - csum[..., :c]
     y = f / np.power(np.float32(bias) + np.float32(alpha / size) * window, np.float32(beta))
-    return _quantize(np.moveaxis(y, -1, axis), out_scale)
+    return quantize(np.moveaxis(y, -1, axis), out_scale)
 
 
 def layernorm(x, gamma, beta, axis, epsilon, in_scale, out_scale) -> np.ndarray:
@@ -275,4 +246,4 @@ def layernorm(x, gamma, beta, axis, epsilon, in_scale, out_scale) -> np.ndarray:
     mean = f.mean(axis=axes, keepdims=True, dtype=np.float32)
     var = ((f - mean) ** 2).mean(axis=axes, keepdims=True, dtype=np.float32)
     y = (f - mean) / np.sqrt(var + np.float32(epsilon)) * gamma + beta
-    return _quantize(y, out_scale)
+    return quantize(y, out_scale)

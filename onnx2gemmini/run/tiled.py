@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..plan import Conv, Matmul
-from ..tiling_baseline import baseline_conv_tiles, baseline_matmul_tiles
-from ..tiling_geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, spans, tiles_tuple
+from ..tiling.baseline import baseline_conv_tiles, baseline_matmul_tiles
+from ..tiling.geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, spans, tiles_tuple
+from .. import numerics
 from . import kernels
 
 
@@ -38,7 +39,7 @@ def run_matmul(step: Matmul, a: np.ndarray, b: np.ndarray, d: np.ndarray | None,
                 acc += bias[:, j0:j0 + j_n] if step.repeating_bias else bias[i0:i0 + i_n, j0:j0 + j_n]
             for k0, k_n in spans(step.K, tk):
                 acc += kernels.int8_matmul(a[i0:i0 + i_n, k0:k0 + k_n], b[k0:k0 + k_n, j0:j0 + j_n])
-            out[i0:i0 + i_n, j0:j0 + j_n] = kernels.acc_scale(kernels.wrap_int32(acc), step.scale, step.act == 1)
+            out[i0:i0 + i_n, j0:j0 + j_n] = numerics.acc_scale(numerics.wrap_int32(acc), step.scale, step.act == 1)
     return out
 
 
@@ -107,7 +108,7 @@ def run_conv(step: Conv, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, 
                                                       (r_hi - r_lo, c_hi - c_lo))
                                 wt = w4[kr0:kr0 + kr_n, kc0:kc0 + kc_n, ch0:ch0 + ch_n, oc0:oc0 + oc_n]
                                 acc += kernels.int8_matmul(cols, wt.reshape(-1, oc_n)).reshape(acc.shape)
-                    y = kernels.acc_scale(kernels.wrap_int32(acc), step.scale, relu)
+                    y = numerics.acc_scale(numerics.wrap_int32(acc), step.scale, relu)
                     if not g.no_pool:
                         y = _pool_tile(y, (r_lo - orow, orows, pr_n), (c_lo - ocol, ocols, pc_n), pool)
                     out[b0:b0 + b_n, pr0:pr0 + pr_n, pc0:pc0 + pc_n, oc0:oc0 + oc_n] = y

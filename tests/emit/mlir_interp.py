@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 from torch_mlir import ir
 
-from onnx2gemmini.quantize import quantize_array
+from onnx2gemmini import numerics
+from onnx2gemmini.numerics import quantize as quantize_array
 from onnx2gemmini.run import kernels
 
 GARBAGE = 0x5B  # fills fresh allocations: a buffer read before it is written shows up as a mismatch
@@ -327,8 +328,8 @@ def tile_matmul(op, a, b, c, d):
     at = gemmini_attrs(op)
     i, k = a.shape
     j = b.shape[1]
-    a = kernels.mvin_scale(a, at["aScaleFactor"])
-    b = kernels.mvin_scale(b, at["bScaleFactor"])
+    a = numerics.mvin_scale(a, at["aScaleFactor"])
+    b = numerics.mvin_scale(b, at["bScaleFactor"])
     bias = d[0, :j] if at["repeatingBias"] else d[:i, :j]
     c[...] = kernels.matmul(a, b[:k], bias, at["accScale"], at["act"] == 1, at["repeatingBias"])
 
@@ -356,7 +357,7 @@ def _transpose(x, y, perm):
 
 def _concat_into(x, y, axis, offset, in_scale, out_scale):
     index = (slice(None),) * axis + (slice(offset, offset + x.shape[axis]),)
-    y[index] = kernels.requantize(x, in_scale, out_scale)
+    y[index] = numerics.requantize(x, in_scale, out_scale)
 
 
 def _im2col(x, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, oh, ow):

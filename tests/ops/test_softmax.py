@@ -1,5 +1,4 @@
 """Softmax: a float kernel on the CPU, within 1 LSB of onnxruntime."""
-import numpy as np
 import pytest
 from onnx import helper
 

@@ -76,7 +76,7 @@ def test_conv_chosen_and_baseline_tiles_equal_whole(config, g, seed):
 
 
 def test_downsample_conv_tiles_equal_whole():
-    from onnx2gemmini.tiling_geometry import ConvGeometry
+    from onnx2gemmini.tiling.geometry import ConvGeometry
     g = ConvGeometry(1, 12, 12, 24, 20, 6, 6, stride=2, padding=0, kernel_dim=1)
     step, x, w, bias, whole = _conv_case(g, 7)
     assert np.array_equal(run_conv(step, x, w, bias, TINY, choose_conv_tiles(g, TINY)), whole)

@@ -16,8 +16,8 @@ from collections import Counter
 from functools import lru_cache
 from math import prod
 
-from .tiling_baseline import baseline_global_average_tile, baseline_resadd_tiles
-from .tiling_geometry import ConvGeometry, ceil_div, spans
+from .baseline import baseline_global_average_tile, baseline_resadd_tiles
+from .geometry import ConvGeometry, ceil_div, spans
 
 BIAS_BYTES = 4               # acc_t
 LOOP_OVERHEAD_BLOCKS = 2     # array fill + drain per loop instruction, in units of DIM cycles

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from math import isqrt
 
-from .tiling_capacity import budgets, conv_rows, matmul_rows, resadd_acc_rows
-from .tiling_geometry import ConvGeometry, ceil_div
+from .capacity import budgets, conv_rows, matmul_rows, resadd_acc_rows
+from .geometry import ConvGeometry, ceil_div
 
 
 def baseline_matmul_tiles(I: int, J: int, K: int, config) -> tuple[int, int, int]:

@@ -2,12 +2,14 @@
 
 Why it exists: gemmini.h's `*_auto` heuristics fill the scratchpad greedily but ignore how often each
 operand is re-read; choosing the tiles ourselves moves fewer bytes over the DMA. This module is the
-plan-level face of four small ones (each with one job):
+plan-level face of the package's modules (each with one job):
 
-  tiling_baseline  gemmini.h's heuristics, transcribed (the baseline and the report's baseline_* figures)
-  tiling_capacity  scratchpad/accumulator rows, exactly as gemmini.h counts them
-  tiling_cost      DMA bytes (exact) and cycles (an ESTIMATE) of a call under given tiles
-  tiling_search    the tiles with the fewest bytes (then fewest estimated cycles); never worse than baseline
+  geometry  a conv as gemmini.h's tiled_conv sees it; tile names and spans
+  baseline  gemmini.h's heuristics, transcribed (the baseline and the report's baseline_* figures)
+  capacity  scratchpad/accumulator rows, exactly as gemmini.h counts them
+  cost      DMA bytes (exact) and cycles (an ESTIMATE) of a call under given tiles
+  search    the tiles with the fewest bytes (then fewest estimated cycles); never worse than baseline
+  dw        depthwise convs: Gemmini's tiled_conv_dw against the CPU kernel
 
 Tiles are dicts at the Plan boundary, named as gemmini.h names them: tile_I/tile_J/tile_K (DIM blocks)
 for matmuls; batches/porows/pocols/pochs/krows/kcols/kchs (elements; pooled rows/cols) for convs.
@@ -17,14 +19,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .plan import Conv, ConvDw, GlobalAverage, Matmul, Plan, Resadd
-from .tiling_baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
+from ..plan import Conv, ConvDw, GlobalAverage, Matmul, Plan, Resadd
+from .baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
                               baseline_resadd_tiles)
-from .tiling_capacity import conv_fits, conv_rows, matmul_fits, matmul_rows
-from .tiling_cost import conv_cost, global_average_cost, matmul_cost, resadd_cost
-from .tiling_geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, tiles_dict, tiles_tuple
-from .tiling_dw import dw_cost
-from .tiling_search import choose_conv_tiles, choose_matmul_tiles
+from .capacity import conv_fits, conv_rows, matmul_fits, matmul_rows
+from .cost import conv_cost, global_average_cost, matmul_cost, resadd_cost
+from .geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, tiles_dict, tiles_tuple
+from .dw import dw_cost
+from .search import choose_conv_tiles, choose_matmul_tiles
 
 __all__ = [
     "ConvGeometry", "apply_tiles", "baseline_conv_tiles", "baseline_global_average_tile",

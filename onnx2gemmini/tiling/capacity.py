@@ -7,7 +7,7 @@ pass their count, not a more precise one. WS double-buffers: one tile may use ha
 """
 from __future__ import annotations
 
-from .tiling_geometry import ConvGeometry, ceil_div
+from .geometry import ConvGeometry, ceil_div
 
 
 def budgets(config) -> tuple[int, int]:

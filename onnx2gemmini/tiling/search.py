@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from math import prod
 
-from .tiling_baseline import baseline_conv_tiles, baseline_matmul_tiles
-from .tiling_capacity import budgets, conv_fits, matmul_fits
-from .tiling_cost import conv_cost, conv_traffic, matmul_cost, matmul_traffic
-from .tiling_geometry import ConvGeometry, ceil_div, distinct_tile_sizes
+from .baseline import baseline_conv_tiles, baseline_matmul_tiles
+from .capacity import budgets, conv_fits, matmul_fits
+from .cost import conv_cost, conv_traffic, matmul_cost, matmul_traffic
+from .geometry import ConvGeometry, ceil_div, distinct_tile_sizes
 
 TIES_EVALUATED = 24       # byte-optimal candidates that get the (slower) cycle estimate
 POOL_FIELD_MAX = 255      # config_st's 8-bit row/col counts, used by the hardware pooling path

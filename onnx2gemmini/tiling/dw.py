@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .plan import ConvDw
+from ..plan import ConvDw
 
 # Measured by scripts/measure_cpu_kernels.py: o2g_dwconv built with the generated Makefile's `riscv` flags
 # (rv64gc, -O2 -ffast-math, picolibc), instret read around the call on Spike, over 32 geometries (3x3 and

@@ -1,0 +1,120 @@
+"""The numbers of Gemmini's int8 quantization, in one leaf module (imports NumPy only).
+
+Every scale, multiplier and rounding the compiler, the emulator and the golden use is defined here once,
+so they cannot drift apart (spec/gemmini.md §2):
+
+* activations: symmetric int8, zero point 0, one float32 scale; ONNX QuantizeLinear is float32 true
+  division, round half to even, saturate (`quantize`);
+* weights: symmetric in [-127, 127]; int32 bias at float32(s_in * s_w);
+* Gemmini's read-out: float32(acc) * float32(multiplier), round half to even, clip, then ReLU
+  (`acc_scale`), with the multiplier float32(float32(s_in * s_w) / s_out) (`multiplier`);
+* the DMA's mvin scaling (`mvin_scale`) and the residual add's scales and error bounds.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+INT8_MIN, INT8_MAX = -128, 127
+WEIGHT_MAX = 127          # symmetric weights never use -128
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+
+
+def f32(x: float) -> float:
+    """`x` rounded to the nearest float32, as a Python float."""
+    return float(np.float32(x))
+
+
+def scale_for(amax: float) -> float:
+    """Symmetric int8 scale of a range; an all-zero (or non-finite) range gets a harmless 1/127."""
+    return f32(amax / INT8_MAX) if amax > 0 and np.isfinite(amax) else f32(1.0 / INT8_MAX)
+
+
+def bias_scale(s_in: float, s_w: float) -> float:
+    """The int32 bias's scale: float32(s_in * s_w), the scale of the accumulator."""
+    return float(np.float32(s_in) * np.float32(s_w))
+
+
+def multiplier(s_in: float, s_w: float, s_out: float) -> float:
+    """Gemmini's acc_scale: float32(float32(s_in*s_w)/s_out) — the exact value onnxruntime uses."""
+    return float(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
+
+
+def quantize(x: np.ndarray, scale: float, lo: int = INT8_MIN) -> np.ndarray:
+    """ONNX QuantizeLinear to int8 with zero point 0: float32 true division, round half to even,
+    saturate to [lo, 127] (lo=0 quantizes and applies a ReLU in one go: the zero point is 0)."""
+    q = np.rint(np.asarray(x, np.float32) / np.float32(scale))
+    return np.clip(q, lo, INT8_MAX).astype(np.int8)
+
+
+def quantize_value(x: float, scale: float) -> int:
+    """`quantize` of one number, as a Python int (clip bounds, pad values)."""
+    return int(quantize(np.float32(x), scale))
+
+
+def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
+    """int8 (or int32) at `scale` -> float32, as ONNX DequantizeLinear does it."""
+    return np.asarray(q).astype(np.float32) * np.float32(scale)
+
+
+def requantize(q: np.ndarray, s_in: float, s_out: float) -> np.ndarray:
+    """int8 at s_in -> int8 at s_out as DQ then Q do it: float32(q*s_in)/s_out, RNE, saturate."""
+    if s_in == s_out:
+        return q
+    return quantize(dequantize(q, s_in), s_out)
+
+
+def symmetric_int8(w: np.ndarray, scale) -> np.ndarray:
+    """Symmetric int8 weights in [-127, 127]; `scale` a float or an array broadcasting against `w`."""
+    divisor = np.asarray(scale, np.float32)
+    return np.clip(np.rint(w.astype(np.float32) / divisor), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+
+
+def quantize_bias(b: np.ndarray, scale) -> np.ndarray:
+    """int32 bias at `scale` (a float or one per output channel), rounded in float64, saturated."""
+    q = np.rint(np.asarray(b, np.float64) / np.asarray(scale, np.float64))
+    return np.clip(q, INT32_MIN, INT32_MAX).astype(np.int32)
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Two's-complement wrap, as the 32-bit accumulator does."""
+    return x.astype(np.int64).astype(np.uint32).view(np.int32) if x.dtype != np.int32 else x
+
+
+def acc_scale(acc: np.ndarray, scale: float, relu: bool = False) -> np.ndarray:
+    """Accumulator read-out: float32(acc) * float32(scale), round half to even, clip int8, then ReLU."""
+    y = np.rint(acc.astype(np.float32) * np.float32(scale))
+    return np.clip(y, 0 if relu else INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def mvin_scale(x: np.ndarray, scale: float) -> np.ndarray:
+    """The DMA's mvin scaling: int8 -> float32 * scale -> round half to even -> saturate int8."""
+    if scale == 1.0:
+        return x.astype(np.int8)
+    return np.clip(np.rint(x.astype(np.float32) * np.float32(scale)), INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def resadd_scales(sa: float, sb: float, so: float) -> tuple[float, float, float]:
+    """tiled_resadd's (A_scale, B_scale, C_scale) for a quantized Add: both input scales <= 1, so the
+    int8 saturation after each mvin scale never clips (spec/gemmini.md §2.8)."""
+    m = max(sa, sb)
+    return (f32(np.float32(sa) / np.float32(m)), f32(np.float32(sb) / np.float32(m)),
+            f32(np.float32(m) / np.float32(so)))
+
+
+def resadd_tolerance(c_scale: float) -> int:
+    """LSB bound of a resadd vs onnxruntime's float Add: the smaller-scale input is rounded to int8 at
+    the larger scale (error <= 1/2 of that LSB), which C_scale carries to the output, plus the output's
+    own rounding."""
+    return 1 + math.floor(0.5 * c_scale)
+
+
+def resadd_mismatch_rate(a_scale: float, b_scale: float, c_scale: float) -> float:
+    """Expected share of resadd outputs that differ from the float Add: the rescaled input's rounding
+    error is uniform on [-1/2, 1/2] (mean magnitude 1/4) and moves the output by C_scale times that,
+    which crosses a rounding boundary with probability min(1, C_scale/4). An input at scale 1 is not
+    rounded (both scales 1: the add is exact)."""
+    if a_scale == 1.0 and b_scale == 1.0:
+        return 0.0
+    return min(1.0, 0.25 * c_scale)

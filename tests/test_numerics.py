@@ -1,0 +1,72 @@
+"""numerics.py: the scales, multipliers and roundings every execution shares (spec/gemmini.md §2)."""
+import numpy as np
+import pytest
+
+from onnx2gemmini import numerics
+
+
+def test_multiplier_is_float32_arithmetic():
+    s_in, s_w, s_out = 0.1, 0.003, 0.07
+    expected = np.float32(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
+    assert numerics.multiplier(s_in, s_w, s_out) == float(expected)
+
+
+def test_quantize_is_quantizelinear():
+    assert numerics.quantize(np.array([0.25, 0.75, -0.25, 1000.0], np.float32), 0.5).tolist() == [0, 2, 0, 127]
+    assert numerics.quantize(np.array([-3.0, 3.0], np.float32), 1.0, lo=0).tolist() == [0, 3]
+    assert numerics.quantize_value(-1000.0, 0.5) == -128
+
+
+def test_requantize_goes_through_float32_like_dq_then_q():
+    x = np.array([3, -3, 127], np.int8)
+    assert numerics.requantize(x, 0.5, 1.0).tolist() == [2, -2, 64]   # 1.5 -> 2, -1.5 -> -2, 63.5 -> 64
+    assert numerics.requantize(x, 0.5, 0.5) is x
+
+
+def test_symmetric_weights_never_use_minus_128():
+    assert numerics.symmetric_int8(np.array([-2.0, 2.0]), 1 / 64).tolist() == [-127, 127]
+
+
+def test_bias_saturates_to_int32():
+    assert numerics.quantize_bias(np.array([1e12, -1e12, 2.5]), 1.0).tolist() == [2**31 - 1, -2**31, 2]
+
+
+def test_acc_scale_uses_float32_product():
+    # 16777217 is not a float32: int32 -> float32 rounds it to 16777216 first (spec §2.4)
+    assert numerics.acc_scale(np.array([16777217], np.int32), 2.0 ** -17).tolist() == [127]
+    assert numerics.acc_scale(np.array([300], np.int32), 1.0).tolist() == [127]
+    assert numerics.acc_scale(np.array([-300], np.int32), 1.0).tolist() == [-128]
+    assert numerics.acc_scale(np.array([-5], np.int32), 1.0, relu=True).tolist() == [0]
+
+
+def test_acc_scale_examples_from_the_spec():
+    acc = np.array([1000, 1016, -1000, -1016, 1008, -1008], np.int32)
+    assert numerics.acc_scale(acc, 0.0625).tolist() == [62, 64, -62, -64, 63, -63]
+
+
+def test_mvin_scale_saturates():
+    x = np.array([100, -100, 3], np.int8)
+    assert numerics.mvin_scale(x, 2.0).tolist() == [127, -128, 6]
+    assert numerics.mvin_scale(x, 0.5).tolist() == [50, -50, 2]  # 1.5 -> 2 (even)
+
+
+def test_wrap_int32_is_twos_complement():
+    assert numerics.wrap_int32(np.array([2**31, -2**31 - 1], np.int64)).tolist() == [-2**31, 2**31 - 1]
+
+
+def test_all_zero_tensor_gets_a_usable_scale():
+    assert numerics.scale_for(0.0) == pytest.approx(1 / 127)
+    assert numerics.scale_for(float("nan")) == pytest.approx(1 / 127)
+
+
+@pytest.mark.parametrize("sa,sb,so", [(0.1, 0.05, 0.2), (0.05, 0.1, 0.07), (0.3, 0.3, 0.1)])
+def test_resadd_scales_keep_both_inputs_unsaturated(sa, sb, so):
+    a, b, c = numerics.resadd_scales(sa, sb, so)
+    assert max(a, b) == 1.0 and min(a, b) <= 1.0
+    assert c == pytest.approx(max(sa, sb) / so, rel=1e-6)
+
+
+def test_resadd_error_bounds():
+    assert numerics.resadd_tolerance(1.0) == 1 and numerics.resadd_tolerance(4.2) == 3
+    assert numerics.resadd_mismatch_rate(1.0, 1.0, 3.0) == 0.0
+    assert numerics.resadd_mismatch_rate(0.5, 1.0, 2.0) == 0.5
