@@ -99,3 +99,25 @@ def ort_int8_is_exact() -> bool:
     m.ir_version = 8
     y = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     return int(y.reshape(())) == 100
+
+
+def one_node(op, shape, inits, extra, after_conv=False, opset=17, **attrs):
+    """`op` on input x, or (after_conv) on the NHWC output of a 3x3 conv."""
+    nodes, src, inits = [], "x", dict(inits)
+    if after_conv:
+        inits["W"] = rng(0).normal(0, 0.3, (shape[1], 3, 3, 3)).astype(np.float32)
+        nodes.append(helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]))
+        src = "c"
+    nodes.append(helper.make_node(op, [src, *extra], ["y"], name=op.lower(), **attrs))
+    x_shape = [shape[0], 3, *shape[2:]] if after_conv else list(shape)
+    return infer_outputs(nodes, {"x": x_shape}, inits, opset=opset)
+
+
+def assert_exact_move(model):
+    """The model matches onnxruntime and its own moves are exact `remap` steps, with no transpose added."""
+    compiled, result = assert_matches_ort(model)
+    remaps = [s for s in compiled.plan.steps if getattr(s, "op", "") == "remap"]
+    assert remaps and all(s.tolerance == 0 for s in remaps)
+    own = {s.node for s in remaps}
+    assert not any(getattr(s, "op", "") == "transpose" for s in compiled.plan.steps if s.node in own)
+    return compiled

@@ -21,3 +21,10 @@ def test_newest_since_wins():
     assert lookup("Softmax", 12) is None  # Softmax's 2-D coercion (before 13) is not implemented
     assert lookup("NoSuchOp", 17) is None
     assert len({(h.op_type, h.since) for h in all_handlers()}) == len(all_handlers())
+
+
+def test_every_op_names_the_module_that_holds_it():
+    package = Path(__file__).resolve().parents[1] / "onnx2gemmini"
+    for row in support_table():
+        module = package / row["module"]
+        assert module.is_file() and f'"{row["op"]}"' in module.read_text(), row

@@ -1,5 +1,5 @@
-"""Elementwise Add/Sub/Mul/Div that Gemmini's resadd cannot take (broadcasting, constants, products):
-a float kernel on the CPU — dequantize, compute in float32, quantize (1 LSB tolerance vs onnxruntime)."""
+"""Sub, Mul, Div, PRelu, and the Adds Gemmini's resadd cannot take (broadcasting, constants): a float kernel
+on the CPU — dequantize, compute in float32, quantize (1 LSB tolerance vs onnxruntime)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ from ..graph import NodeView
 from ..plan import CpuOp, Tensor
 from .common import to_plain
 from .context import LowerContext
-from .registry import Lowered
+from .registry import Handler, Lowered, handler
 
 NAMES = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min",
          "PRelu": "prelu"}
@@ -44,3 +44,30 @@ def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
                                        "relu": node.fused.relu},
                                reason=reason, tolerance=1))
     return lowered
+
+
+class _CpuBinary(Handler):
+    gemmini = "none: a float kernel on the CPU (broadcasting, constants)"
+    limits = "1 LSB tolerance vs onnxruntime"
+
+    def check(self, node, ctx):
+        return ["both operands constant"] if all(node.is_const(t) for t in node.inputs) else []
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        return lower_binary(node, ctx, f"{node.op_type}: Gemmini has no elementwise {node.op_type.lower()}")
+
+
+for _op in ("Sub", "Mul", "Div"):
+    handler(_op, since=7)(type(f"{_op}Handler", (_CpuBinary,), {}))
+
+
+@handler("PRelu", since=9)
+class PReluHandler(Handler):
+    gemmini = "none: a float kernel on the CPU"
+    limits = "constant slope (scalar, per channel or any shape broadcasting to the input); 1 LSB tolerance"
+
+    def check(self, node, ctx):
+        return [] if node.is_const(node.inputs[1]) else ["non-constant slope"]
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        return lower_binary(node, ctx, "PRelu: Gemmini has no parametric ReLU; x < 0 ? x * slope : x in float32")

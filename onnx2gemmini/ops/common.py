@@ -31,6 +31,14 @@ def to_plain(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> 
     return out
 
 
+def channels_last(node: NodeView, ctx: LowerContext, lowered: Lowered):
+    """The input as NHWC (rank 4) or plain with channels on axis 1; returns (tensor, channel axis)."""
+    x = ctx.tensor(node.inputs[0])
+    if x.layout == "NHWC":
+        return x, 3
+    return to_plain(node, ctx, x, lowered), 1
+
+
 def to_nhwc(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> Tensor:
     """`t` as NHWC for a Gemmini conv: plain 4-D data gets an int8 transpose on the CPU."""
     if t.layout == "NHWC":

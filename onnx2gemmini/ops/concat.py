@@ -48,21 +48,3 @@ class ConcatHandler(Handler):
                                    (" with requantization of inputs at another scale" if requant else ""),
                                    tolerance=1 if requant else 0))
         return lowered
-
-
-@handler("Transpose", since=1)
-class TransposeHandler(Handler):
-    gemmini = "none: an int8 move on the CPU"
-    limits = "any permutation"
-    output_scale = "input"
-
-    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
-        lowered = Lowered()
-        x = to_plain(node, ctx, ctx.tensor(node.inputs[0]), lowered)
-        rank = len(x.shape)
-        perm = list(node.attr("perm") or reversed(range(rank)))
-        y = ctx.output(node.output, node.shape(node.output))
-        lowered.tensors.append(y)
-        lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(x.id,), outputs=(y.id,),
-                                   params={"perm": perm}, reason="ONNX Transpose: an int8 move"))
-        return lowered

@@ -19,7 +19,7 @@ from .common import to_nhwc
 from .context import LowerContext
 from .conv import ConvHandler, weight_reasons
 from .registry import Handler, Lowered, handler
-from .resample import lower_remap
+from .remap import lower_remap
 
 _CONV = ConvHandler()  # its lowering pieces, not a second registration
 

@@ -94,8 +94,8 @@ def all_handlers() -> list[Handler]:
 
 
 def _load_all() -> None:
-    from . import (concat, conv, conv_transpose, elementwise, gemm, normalization, pool, resample,  # noqa: F401
-                   shape, softmax, tensor_ops, unary)
+    from . import (activations, add, batch_norm, binary, clip, concat, conv, conv_transpose,  # noqa: F401
+                   gather, gemm, layer_norm, lrn, pool, resize, slice_pad, softmax, transpose, views)
 
 
 _load_all()

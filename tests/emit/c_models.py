@@ -12,9 +12,10 @@ from onnx import helper
 from tests.helpers import infer_outputs, rng
 from tests.ops.test_conv import conv_model, grouped_model
 from tests.ops.test_conv_transpose import conv_transpose_model
-from tests.ops.test_pad_slice_resize import pad_model, resize_model, slice_model
-from tests.ops.test_prelu import prelu_model
-from tests.ops.test_unary_binary import se_block
+from tests.ops.test_resize import resize_model
+from tests.ops.test_slice_pad import pad_model, slice_model
+from tests.ops.test_binary import prelu_model
+from tests.ops.test_activations import se_block
 from tests.test_passes import bn_scale_relu
 
 

@@ -32,7 +32,7 @@ from tests.emit.c_models import OPTIONS as C_OPTIONS  # noqa: E402
 from tests.emit.mlir_interp import Interpreter, check_gemmini_ops, ops_of, parse  # noqa: E402
 from tests.helpers import infer_outputs, random_dataset, rng  # noqa: E402
 from tests.ops.test_conv import conv_model  # noqa: E402
-from tests.ops.test_unary_binary import se_block  # noqa: E402
+from tests.ops.test_activations import se_block  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

@@ -1,4 +1,5 @@
-"""Flatten, Reshape, Identity, Dropout: int8 views (with an NHWC -> NCHW move when the order matters)."""
+"""Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout: int8 views (with an NHWC -> NCHW move when the order
+matters)."""
 import numpy as np
 import pytest
 from onnx import helper
@@ -24,6 +25,8 @@ CASES = {
                               "W2": np.ones((2, 4, 1, 1), np.float32) * 0.3}),
     "identity": ([helper.make_node("Identity", ["c"], ["y"])], {}),
     "dropout": ([helper.make_node("Dropout", ["c"], ["y"])], {}),
+    "unsqueeze_squeeze": ([helper.make_node("Unsqueeze", ["c", "a"], ["u"]),
+                           helper.make_node("Squeeze", ["u", "a"], ["y"])], {"a": np.array([2], np.int64)}),
 }
 
 

@@ -1,4 +1,5 @@
-"""Flatten, Reshape, Identity, Dropout: views of the same int8 bytes (an NHWC -> NCHW move when needed)."""
+"""Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout: views of the same int8 bytes (an NHWC -> NCHW
+move when the order matters)."""
 from __future__ import annotations
 
 from ..graph import NodeView
@@ -7,7 +8,7 @@ from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
 
-class _View(Handler):
+class ViewHandler(Handler):
     gemmini = "none needed: a view of the same int8 buffer"
     limits = "4-D NHWC inputs are first moved to ONNX order on the CPU when the order matters"
     output_scale = "input"
@@ -29,24 +30,24 @@ class _View(Handler):
 
 
 @handler("Flatten", since=1)
-class FlattenHandler(_View):
+class FlattenHandler(ViewHandler):
     pass
 
 
 @handler("Reshape", since=5)
-class ReshapeHandler(_View):
+class ReshapeHandler(ViewHandler):
     def check(self, node, ctx):
         return [] if node.is_const(node.inputs[1]) else ["shape is not constant"]
 
 
 @handler("Identity", since=1)
-class IdentityHandler(_View):
+class IdentityHandler(ViewHandler):
     def keeps_layout(self, node):
         return True
 
 
 @handler("Dropout", since=1)
-class DropoutHandler(_View):
+class DropoutHandler(ViewHandler):
     limits = "inference only: the identity; the mask output is refused"
 
     def check(self, node, ctx):
@@ -60,3 +61,13 @@ class DropoutHandler(_View):
 
     def keeps_layout(self, node):
         return True
+
+
+@handler("Squeeze", since=13)
+class SqueezeHandler(ViewHandler):
+    pass
+
+
+@handler("Unsqueeze", since=13)
+class UnsqueezeHandler(ViewHandler):
+    pass

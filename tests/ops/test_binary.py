@@ -1,4 +1,4 @@
-"""PRelu: x < 0 ? x * slope : x in float32 on the CPU (the binary kernel), 1 LSB tolerance."""
+"""Sub, Mul, Div, PRelu and broadcasting Adds: the float binary kernel on the CPU, 1 LSB tolerance."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -7,6 +7,26 @@ from onnx import helper
 
 import onnx2gemmini as o2g
 from tests.helpers import assert_matches_ort, infer_outputs, rng
+
+
+CASES = {
+    "mul_const_channel": (["x", "c"], {"c": np.linspace(0.5, 2, 3).reshape(3, 1, 1).astype(np.float32)}, "Mul"),
+    "add_const_scalar": (["x", "c"], {"c": np.float32(0.3)}, "Add"),
+    "sub_from_const": (["c", "x"], {"c": np.float32(1.0)}, "Sub"),
+    "div_by_const": (["x", "c"], {"c": np.float32(4.0)}, "Div"),
+    "mul_two_activations": (["x", "x2"], {}, "Mul"),
+    "add_broadcast_row": (["x", "r"], {}, "Add"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_binary_ops(case):
+    inputs, inits, op = CASES[case]
+    shapes = {"x": [1, 3, 4, 4], "x2": [1, 3, 4, 4], "r": [1, 1, 1, 4]}
+    model = infer_outputs([helper.make_node(op, inputs, ["y"])],
+                          {n: shapes[n] for n in inputs if n not in inits}, inits)
+    compiled, _ = assert_matches_ort(model)
+    assert any(getattr(s, "op", "") == "binary" for s in compiled.plan.steps)
 
 
 def prelu_model(shape, slope_shape, after_conv=False, seed=0):
@@ -21,7 +41,7 @@ def prelu_model(shape, slope_shape, after_conv=False, seed=0):
     return infer_outputs(nodes, {"x": list(shape)}, inits)
 
 
-CASES = {
+PRELU_CASES = {
     "per_channel": ((1, 4, 5, 5), (4, 1, 1)),
     "scalar": ((1, 4, 5, 5), (1,)),
     "per_width": ((1, 4, 5, 5), (5,)),
@@ -30,12 +50,12 @@ CASES = {
 }
 
 
-RUNS = [(c, False) for c in CASES] + [(c, True) for c, v in CASES.items() if len(v[0]) == 4]
+PRELU_RUNS = [(c, False) for c in PRELU_CASES] + [(c, True) for c, v in PRELU_CASES.items() if len(v[0]) == 4]
 
 
-@pytest.mark.parametrize("case,after_conv", RUNS, ids=[f"{c}-{'after_conv' if a else 'input'}" for c, a in RUNS])
+@pytest.mark.parametrize("case,after_conv", PRELU_RUNS, ids=[f"{c}-{'after_conv' if a else 'input'}" for c, a in PRELU_RUNS])
 def test_prelu(case, after_conv):
-    shape, slope = CASES[case]
+    shape, slope = PRELU_CASES[case]
     compiled, result = assert_matches_ort(prelu_model(shape, slope, after_conv))
     step = next(s for s in compiled.plan.steps if s.node == "prelu")
     assert step.op == "binary" and step.params["fn"] == "prelu" and step.tolerance == 1

@@ -1,25 +1,14 @@
-"""Normalizations Gemmini's int8 configs cannot run: float kernels on the CPU (1 LSB tolerance).
-
-BatchNormalization that follows a conv is folded by passes/bn_fold.py; what remains (pre-activation
-DenseNet blocks, BN after a concat) is a per-channel affine map.
-"""
+"""A BatchNormalization not folded into a conv (passes/bn_fold.py folds those): pre-activation DenseNet
+blocks, BN after a concat. A per-channel float affine map on the CPU (1 LSB tolerance)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..graph import NodeView
 from ..plan import CpuOp
-from .common import to_plain
+from .common import channels_last
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
-
-
-def _channels_last(node: NodeView, ctx: LowerContext, lowered: Lowered):
-    """The input as NHWC (rank 4) or plain with channels on axis 1; returns (tensor, channel axis)."""
-    x = ctx.tensor(node.inputs[0])
-    if x.layout == "NHWC":
-        return x, 3
-    return to_plain(node, ctx, x, lowered), 1
 
 
 @handler("BatchNormalization", since=9)
@@ -36,7 +25,7 @@ class BatchNormHandler(Handler):
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
-        x, axis = _channels_last(node, ctx, lowered)
+        x, axis = channels_last(node, ctx, lowered)
         scale, shift, mean, var = (node.const(t).astype(np.float64) for t in node.inputs[1:5])
         a = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
         b = shift - mean * a
@@ -49,22 +38,4 @@ class BatchNormHandler(Handler):
                                            "relu": node.fused.relu},
                                    reason="batch normalization not after a conv: per-channel affine on the CPU",
                                    tolerance=1))
-        return lowered
-
-
-@handler("LRN", since=1)
-class LrnHandler(Handler):
-    gemmini = "none"
-    limits = "float kernel on the CPU across channels (1 LSB tolerance)"
-
-    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
-        lowered = Lowered()
-        x, axis = _channels_last(node, ctx, lowered)
-        y = ctx.output(node.output, x.shape, x.layout)
-        lowered.tensors.append(y)
-        params = {"axis": axis, "size": int(node.attr("size")), "alpha": float(node.attr("alpha", 1e-4)),
-                  "beta": float(node.attr("beta", 0.75)), "bias": float(node.attr("bias", 1.0)),
-                  "in_scale": x.scale, "out_scale": y.scale}
-        lowered.steps.append(CpuOp(node.name, op="lrn", inputs=(x.id,), outputs=(y.id,), params=params,
-                                   reason="local response normalization: float kernel on the CPU", tolerance=1))
         return lowered
