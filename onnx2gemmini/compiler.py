@@ -11,9 +11,9 @@ import numpy as np
 import onnx
 
 from .calibrate import calibrate, channel_means
-from .emit.qdq import build_float
+from .golden import build_float
 from .errors import UnsupportedError, UsageError
-from .tiling import apply_tiles
+from .tiling import apply_tiles, attach_costs
 from .config import GemminiConfig, load_config
 from .data import Dataset, load_data, random_data
 from .graph import Graph, from_onnx, topological
@@ -129,6 +129,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
         except ValueError as exc:
             raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
         timing["tiling_s"] = time.perf_counter() - t
+    plan = attach_costs(plan)
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, command)
 
 

@@ -1,6 +1,5 @@
 """Data files: .npz, .npy and model-zoo directories; their errors."""
 import numpy as np
-import onnx
 import pytest
 from onnx import numpy_helper
 

@@ -60,11 +60,12 @@ def write_outputs(compiled, out: Path, emit=None, force: bool = False) -> Path:
         timing = dict(compiled.timing)
         t = time.perf_counter()
         if "qdq" in emit:
-            from .qdq import build_qdq
+            from ..golden import build_qdq
             onnx.save(build_qdq(compiled.graph, compiled.quant, compiled.plan.model_name), tmp / "model.qdq.onnx")
         if "c" in emit:
             from .c import write_c
-            write_c(compiled, tmp / "c", compiled.command)
+            from ..run.selftest import selftest_case
+            write_c(compiled.plan, tmp / "c", *selftest_case(compiled.plan), compiled.command)
         if "mlir" in emit:
             from .mlir import write_mlir
             write_mlir(compiled.plan, tmp / "model.mlir", compiled.command)
