@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
+from . import limits
 from .compiler import DEFAULT_WEIGHT_SCALES, WEIGHT_SCALES
-from .errors import CheckFailed, O2GError, UsageError
+from .errors import CheckFailed, O2GError
 from .version import __version__
 
 log = logging.getLogger("onnx2gemmini")
@@ -48,6 +49,9 @@ def _common(f):
         click.option("--weight-scales", type=click.Choice(WEIGHT_SCALES), default=DEFAULT_WEIGHT_SCALES,
                      show_default=True, help="tensor: one weight scale per layer; groups: one per DIM output "
                      "channels; channel: one per output channel (each group is its own Gemmini call)."),
+        click.option("--limit", "limit", multiple=True, metavar="NAME=VALUE",
+                     help="Raise or lower a size limit (repeatable; VALUE like 4096, 512M, 2G or none). "
+                     + limits.describe() + "."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable summary on stdout."),
         click.option("-v", "--verbose", count=True, help="More output."),
         click.option("-q", "--quiet", is_flag=True, help="Less output."),
@@ -96,19 +100,20 @@ def cli():
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
 def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-                weight_scales,
+                weight_scales, limit,
                 as_json, verbose, quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
     from .emit.writer import check_output_dir, parse_emit
 
     _setup_logging(verbose, quiet)
-    out = output or Path(f"./{model.stem}_gemmini")
+    out = Path(f"./{model.stem}_gemmini") if output is None else output
     emit_set = parse_emit(emit)
-    check_output_dir(out, force)
-    compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                             calib_method=calib_method, command=_command_line(), tiling=tiling, equalize=equalize,
-                             bias_correction=bias_correction, weight_scales=weight_scales)
+    with limits.applied(limit):
+        check_output_dir(out, force, _input_files(model, calib, config, out, force))
+        compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                                 calib_method=calib_method, command=_command_line(), tiling=tiling,
+                                 equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales)
     for w in compiled.warnings:
         log.warning(w)
     for change in compiled.changes:
@@ -130,21 +135,37 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
                 click.echo(line)
 
 
+def _input_files(model: Path, calib, config: str, out: Path, force: bool) -> list:
+    """The files the compile will read, which OUT must not be or contain (it would delete them).
+
+    The model's external-data files are listed only when --force is to replace a non-empty OUT: the one case
+    where they could be lost, and worth a second parse of the model.
+    """
+    from .config import PRESETS
+    from .load import external_data_files
+
+    files = [model, calib] + ([] if config in PRESETS else [Path(config)])
+    if force and out.is_dir() and any(out.iterdir()) and model.is_file():
+        files += external_data_files(model)
+    return files
+
+
 @cli.command("diff")
 @_common
 @click.option("--data", type=click.Path(path_type=Path),
               help="Evaluation data; with a `labels` array, accuracy is reported. Default: the calibration data.")
 @click.option("--num-samples", type=click.IntRange(min=1), help="Compare at most N samples.")
 def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-             weight_scales, as_json,
+             weight_scales, limit, as_json,
              verbose, quiet, debug, data, num_samples):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
 
     _setup_logging(verbose, quiet)
-    result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                 calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
-                 bias_correction=bias_correction, weight_scales=weight_scales)
+    with limits.applied(limit):
+        result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                     calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
+                     bias_correction=bias_correction, weight_scales=weight_scales)
     if as_json:
         _emit_json(result)
     elif not quiet:
@@ -182,7 +203,7 @@ def format_diff(result: dict) -> str:
 @cli.command("inspect")
 @_common
 def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-                weight_scales,
+                weight_scales, limit,
                 as_json, verbose, quiet, debug):
     """Plan MODEL and print the per-layer table and totals; writes no code.
 
@@ -197,7 +218,8 @@ def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
     for name in names:
         compiled = compile_model(model, calib=calib, config=name, input_shape=input_shape, num_calib=num_calib,
                                  calib_method=calib_method, command=_command_line(), tiling=tiling,
-                                 equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales)
+                                 equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales,
+                                 limits=limit)
         reports.append(build_report(compiled, compiled.timing))
         plans.append(compiled.plan.to_dict())
     if as_json:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from .calibrate import calibrate, channel_means
+from . import limits as limits_mod
+from .calibrate import METHODS, calibrate, channel_means
+from .config import PRESETS, GemminiConfig, load_config
+from .data import load_data, random_data
+from .errors import DataError, UnsupportedError, UsageError
 from .golden import build_float
-from .errors import UnsupportedError, UsageError
 from .tiling import apply_tiles, attach_costs
-from .config import GemminiConfig, load_config
-from .data import Dataset, load_data, random_data
 from .graph import Graph, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
 from .passes import run_passes
@@ -41,19 +43,60 @@ class Compiled:
     timing: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     command: str = ""
+    sources: tuple[str, ...] = ()  # data and config files the compile read (besides the model's own)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
-        return dequantize(self.plan, Emulator(self.plan).run(inputs))
+        return dequantize(self.plan, Emulator(self.plan).run(self.feeds(inputs)))
 
     def run_int8(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """int8 outputs by ONNX name (the bytes the Gemmini program produces)."""
-        out = Emulator(self.plan).run(inputs)
+        out = Emulator(self.plan).run(self.feeds(inputs))
         return {self.plan.tensors[t].onnx_name: out[t] for t in self.plan.outputs}
+
+    def feeds(self, inputs) -> dict[str, np.ndarray]:
+        """One sample per model input, exactly as the model declares it: float32, finite.
+
+        Wrong names, shapes (even of the same size) and non-numbers are errors, never reshaped or dropped:
+        a silently reshaped image gives plausible, wrong outputs.
+        """
+        if not isinstance(inputs, Mapping):
+            raise UsageError(f"run: expected a dict {{input name: array}}, got {type(inputs).__name__}")
+        expected = {self.plan.tensors[t].onnx_name: self.plan.tensors[t].onnx_shape for t in self.plan.inputs}
+        missing = [n for n in expected if n not in inputs]
+        unknown = sorted(str(n) for n in inputs if n not in expected)
+        if missing or unknown:
+            raise DataError(f"run: the model's inputs are {', '.join(expected)}; "
+                            + "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
+                                                      unknown and f"unknown {', '.join(unknown)}"])))
+        return {name: _feed(name, inputs[name], shape) for name, shape in expected.items()}
+
+    def input_files(self) -> tuple[str, ...]:
+        """Every file the compile read: an output directory must never be or contain one of them."""
+        return tuple(self.loaded.files) + self.sources
 
     def write(self, out_dir: "str | Path", emit: "tuple[str, ...] | None" = None, force: bool = False) -> Path:
         from .emit.writer import write_outputs
+        if not isinstance(out_dir, (str, Path)):
+            raise UsageError(f"write: expected an output directory path, got {type(out_dir).__name__}")
         return write_outputs(self, Path(out_dir), emit, force)
+
+
+def _feed(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
+    """One input of `Compiled.feeds`: real numbers of exactly `shape`, as finite float32."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise DataError(f"run: input '{name}' is not an array of numbers ({str(exc).splitlines()[0][:100]})") from None
+    if array.dtype.kind not in "iuf":
+        raise DataError(f"run: input '{name}' has dtype {array.dtype}, expected real numbers")
+    if array.shape != tuple(shape):
+        raise DataError(f"run: input '{name}' has shape {list(array.shape)}, the model's input is {list(shape)} "
+                        f"(one sample)")
+    array = array.astype(np.float32, copy=False)
+    if not np.isfinite(array).all():
+        raise DataError(f"run: input '{name}' contains NaN or infinite values")
+    return array
 
 
 def prepare(model_path, input_shape=None, config=None, equalize: bool = False
@@ -74,7 +117,7 @@ DEFAULT_WEIGHT_SCALES = "tensor"
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
             calib_method: str = "mse", command: str = "", equalize: bool = True,
             tiling: str = "search", bias_correction: bool = True,
-            weight_scales: str = DEFAULT_WEIGHT_SCALES) -> Compiled:
+            weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None) -> Compiled:
     """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options).
 
     The defaults come from scripts/bench_quantization.py (output SQNR vs fp32 on two trained depthwise
@@ -85,11 +128,35 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     (one per DIM output channels) or "channel" (one per output channel); each group of a conv or matmul is
     its own Gemmini call writing its channels in place.
     `tiling`: "search" picks every matmul/conv tile (explicit-tile calls); "auto" leaves it to gemmini.h.
+    `limits`: overrides of the size limits ({name: value} or NAME=VALUE strings; see limits.py).
     """
-    if tiling not in TILINGS:
-        raise UsageError(f"--tiling: unknown value '{tiling}' (choose from {', '.join(TILINGS)})")
-    if weight_scales not in WEIGHT_SCALES:
-        raise UsageError(f"--weight-scales: unknown value '{weight_scales}' (choose from {', '.join(WEIGHT_SCALES)})")
+    _check_options(num_calib, calib_method, tiling, weight_scales)
+    with limits_mod.applied(limits):
+        compiled = _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling,
+                            bias_correction, weight_scales)
+    compiled.command = command
+    compiled.sources = tuple(str(p) for p in (calib, config) if _is_path(p))
+    return compiled
+
+
+def _is_path(value) -> bool:
+    """A path the compile reads (a preset name is not one)."""
+    return isinstance(value, Path) or isinstance(value, str) and value not in PRESETS
+
+
+def _check_options(num_calib, calib_method, tiling, weight_scales) -> None:
+    """The option values, checked before any work (the API gets the CLI's usage errors, not a TypeError)."""
+    if num_calib is not None and (isinstance(num_calib, bool) or not isinstance(num_calib, (int, np.integer))
+                                  or num_calib < 1):
+        raise UsageError(f"--num-calib: expected a positive integer, got {num_calib!r}")
+    for option, value, choices in (("--calib-method", calib_method, METHODS), ("--tiling", tiling, TILINGS),
+                                   ("--weight-scales", weight_scales, WEIGHT_SCALES)):
+        if not isinstance(value, str) or value not in choices:
+            raise UsageError(f"{option}: unknown value {value!r} (choose from {', '.join(choices)})")
+
+
+def _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling, bias_correction,
+             weight_scales) -> Compiled:
     timing = {}
     t0 = time.perf_counter()
     loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
@@ -103,8 +170,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
         warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
                         "accuracy on real data will suffer")
     else:
-        data = calib if isinstance(calib, Dataset) else load_data(calib, graph.inputs)
-        data = data.head(num_calib)
+        data = load_data(calib, graph.inputs).head(num_calib)
     # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
     float_model = build_float(graph) if data is not None else None
     amax = calibrate(float_model, data, calib_method) if data is not None else {}
@@ -130,7 +196,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
             raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
         timing["tiling_s"] = time.perf_counter() - t
     plan = attach_costs(plan)
-    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, command)
+    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings)
 
 
 def graph_activations(graph: Graph) -> list[str]:

@@ -53,9 +53,12 @@ class GemminiConfig:
     def validate(self) -> "GemminiConfig":
         if self.dim < 1 or self.dim & (self.dim - 1):
             raise UsageError(f"config {self.name}: dim must be a power of two, got {self.dim}")
-        for field in ("sp_kib", "acc_kib", "sp_banks", "acc_banks", "dma_bus_bits", "dma_max_bytes"):
-            if getattr(self, field) <= 0:
+        for field, largest in MAX_VALUES.items():
+            value = getattr(self, field)
+            if value <= 0:
                 raise UsageError(f"config {self.name}: {field} must be positive")
+            if value > largest:
+                raise UsageError(f"config {self.name}: {field} {value} is above {largest} (no Gemmini is that large)")
         if self.bank_rows < 1 or self.acc_rows < 2 * self.dim:
             raise UsageError(f"config {self.name}: scratchpad/accumulator too small for dim {self.dim}")
         if self.dataflow not in ("WS", "OS", "BOTH"):
@@ -63,6 +66,14 @@ class GemminiConfig:
         if self.dataflow == "OS":
             raise UsageError(f"config {self.name}: onnx2gemmini needs the WS dataflow (convs are WS-only)")
         return self
+
+
+# Upper bounds far beyond any Gemmini built: they keep a typo (dim 16000) from sending the tile search
+# through billions of candidates.
+MAX_VALUES = {"dim": 1024, "sp_kib": 1 << 16, "acc_kib": 1 << 16, "sp_banks": 256, "acc_banks": 256,
+              "dma_bus_bits": 1 << 13, "dma_max_bytes": 1 << 16}
+# A configuration file is a few hundred bytes; reading a huge (or endless) one is a mistake.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 # Presets from Gemmini's Configs.scala / CustomConfigs.scala (int8 configs only).
@@ -81,28 +92,48 @@ PRESETS: dict[str, GemminiConfig] = {
 }
 
 
-def load_config(spec: "str | GemminiConfig | None") -> GemminiConfig:
+def load_config(spec: "str | Path | GemminiConfig | None") -> GemminiConfig:
     """A preset name, a JSON file path, or a config object -> a validated config."""
     if spec is None:
         return PRESETS["default"]
     if isinstance(spec, GemminiConfig):
         return spec.validate()
-    if spec in PRESETS:
+    if not isinstance(spec, (str, Path)):
+        raise UsageError(f"config: expected a preset name, a .json path or a GemminiConfig, got {type(spec).__name__}")
+    if isinstance(spec, str) and spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
     if path.suffix.lower() != ".json":
         raise UsageError(f"--config: unknown preset '{spec}' (choose from {', '.join(PRESETS)} or a .json file)")
+    return _from_json(path, _read_json(path))
+
+
+def _read_json(path: Path):
+    """The JSON value in a config file; every way it can be unreadable is a usage error (exit 2)."""
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"--config: cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UsageError(f"--config: {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; not a configuration")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"--config: {path} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"--config: {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except (ValueError, RecursionError) as exc:  # integers beyond 4300 digits, nesting too deep
+        raise UsageError(f"--config: {path} is not usable JSON: {str(exc).splitlines()[0][:120]}") from None
+
+
+def _from_json(path: Path, data) -> GemminiConfig:
+    """A JSON object of GemminiConfig fields over a `base` preset -> a validated config."""
     if not isinstance(data, dict):
         raise UsageError(f"--config: {path} must hold a JSON object")
     base_name = data.pop("base", "default")
-    if base_name not in PRESETS:
-        raise UsageError(f"--config: {path}: unknown base preset '{base_name}'")
+    if not isinstance(base_name, str) or base_name not in PRESETS:
+        raise UsageError(f"--config: {path}: unknown base preset {base_name!r} (choose from {', '.join(PRESETS)})")
     base = PRESETS[base_name]
     known = {f.name for f in dataclasses.fields(GemminiConfig)}
     unknown = sorted(set(data) - known - {"bank_rows", "sp_rows", "acc_rows"})
@@ -112,6 +143,7 @@ def load_config(spec: "str | GemminiConfig | None") -> GemminiConfig:
     fields.setdefault("name", path.stem)
     for k, v in fields.items():
         expected = type(getattr(base, k))
-        if expected is int and (not isinstance(v, int) or isinstance(v, bool)) or expected is not int and not isinstance(v, expected):
+        is_int = isinstance(v, int) and not isinstance(v, bool)
+        if (expected is int and not is_int) or (expected is not int and not isinstance(v, expected)):
             raise UsageError(f"--config: {path}: '{k}' must be {expected.__name__}")
     return dataclasses.replace(base, **fields).validate()

@@ -61,3 +61,24 @@ def test_inconsistent_sample_counts(tmp_path):
 def test_random_data_is_deterministic():
     a, b = random_data(TWO, 3), random_data(TWO, 3)
     np.testing.assert_array_equal(a.inputs["x"], b.inputs["x"])
+
+
+@pytest.mark.parametrize("layout", ["fortran", "big_endian", "float64", "uint8"])
+def test_npy_layouts_read_exactly(tmp_path, layout):
+    x = np.arange(5 * 6, dtype=np.float32).reshape(5, 1, 2, 3)
+    stored = {"fortran": np.asfortranarray(x), "big_endian": x.astype(">f4"), "float64": x.astype(np.float64),
+              "uint8": x.astype(np.uint8)}[layout]
+    np.save(tmp_path / "a.npy", stored)
+    got = load_data(tmp_path / "a.npy", ONE).inputs["x"]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x)
+
+
+def test_model_zoo_inputs_in_numeric_order(tmp_path):
+    inputs = [ValueInfo(f"i{k}", (1, 2), np.dtype(np.float32)) for k in range(11)]
+    d = tmp_path / "test_data_set_0"
+    d.mkdir()
+    for k in range(11):
+        (d / f"input_{k}.pb").write_bytes(numpy_helper.from_array(np.full((1, 2), k, np.float32)).SerializeToString())
+    data = load_data(tmp_path, inputs)
+    assert [int(data.inputs[f"i{k}"][0, 0, 0]) for k in range(11)] == list(range(11))
