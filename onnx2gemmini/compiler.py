@@ -76,7 +76,7 @@ class Compiled:
         return tuple(self.loaded.files) + self.sources
 
     def write(self, out_dir: "str | Path", emit: "tuple[str, ...] | None" = None, force: bool = False) -> Path:
-        from .emit.writer import write_outputs
+        from .output import write_outputs
         if not isinstance(out_dir, (str, Path)):
             raise UsageError(f"write: expected an output directory path, got {type(out_dir).__name__}")
         return write_outputs(self, Path(out_dir), emit, force)
