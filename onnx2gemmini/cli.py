@@ -12,6 +12,7 @@ import click
 
 from . import limits
 from .compiler import DEFAULT_WEIGHT_SCALES, WEIGHT_SCALES
+from .emit.names import ascii_text
 from .errors import CheckFailed, O2GError
 from .version import __version__
 
@@ -104,7 +105,8 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
                 as_json, verbose, quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
-    from .emit.writer import check_output_dir, parse_emit
+    from .outdir import check_output_dir
+    from .output import parse_emit
 
     _setup_logging(verbose, quiet)
     out = Path(f"./{model.stem}_gemmini") if output is None else output
@@ -132,7 +134,7 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
                    f"Gemmini, {len(cpu)} CPU steps) in {report['timing']['total_s']:.2f} s")
         for line in report["cpu_steps"]:
             if verbose:
-                click.echo(line)
+                click.echo(ascii_text(line))
 
 
 def _input_files(model: Path, calib, config: str, out: Path, force: bool) -> list:
@@ -180,14 +182,17 @@ def _fmt(value, spec=".2f"):
 
 def format_diff(result: dict) -> str:
     lines = [f"compared {result['samples']} samples", "",
-             f"{'layer':48} {'op':18} {'SQNR dB':>8} {'cosine':>9} {'LSB vs QDQ':>10} {'tol':>4} {'mismatch':>9}"]
+             f"{'layer':48} {'op':18} {'SQNR dB':>8} {'cosine':>9} {'LSB vs QDQ':>10} {'tol':>4} {'mismatch':>9} "
+             f"{'allowed':>8}"]
     for l in result["layers"]:
-        lines.append(f"{l['name'][-48:]:48} {l['op']:18} {_fmt(l['sqnr_db']):>8} {l['cosine']:9.6f} "
-                     f"{l['max_lsb_vs_ort_qdq']:>10} {l['tolerance_lsb']:>4} {l['mismatches_vs_ort_qdq']:>9}")
+        lines.append(f"{ascii_text(l['name'])[-48:]:48} {ascii_text(l['op'])[:18]:18} {_fmt(l['sqnr_db']):>8} "
+                     f"{l['cosine']:9.6f} {l['max_lsb_vs_ort_qdq']:>10} {l['tolerance_lsb']:>4} "
+                     f"{l['mismatches_vs_ort_qdq']:>9} {l['allowed_mismatches']:>8}")
     lines.append("")
     for name, o in result["outputs"].items():
         f, q = o["fp32_vs_int8"], o["int8_vs_ort_qdq"]
         top1 = "n/a" if f["top1_agreement"] is None else f"{f['top1_agreement']:.2%}"
+        name = ascii_text(name)
         lines.append(f"output {name}: fp32 vs int8: max_abs {f['max_abs']:.4g}, cosine {f['cosine']:.6f}, "
                      f"SQNR {_fmt(f['sqnr_db'])} dB, top-1 agreement {top1}")
         lines.append(f"output {name}: int8 vs onnxruntime QDQ: {q['mismatches']} mismatches in {q['compared']:,} "
@@ -196,7 +201,7 @@ def format_diff(result: dict) -> str:
         a = result["accuracy"]
         lines.append(f"accuracy: fp32 {a['fp32']:.2%}, int8 {a['int8']:.2%}")
     v = result["verdict"]
-    lines.append("PASSED" if v["passed"] else "FAILED: " + "; ".join(v["failures"][:5]))
+    lines.append("PASSED" if v["passed"] else "FAILED: " + ascii_text("; ".join(v["failures"][:5])))
     return "\n".join(lines)
 
 
@@ -235,15 +240,16 @@ def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
 
 
 def format_layers(report: dict) -> str:
-    lines = [f"config {report['config']['name']} (DIM {report['config']['dim']})",
+    lines = [f"config {ascii_text(report['config']['name'])} (DIM {report['config']['dim']})",
              f"{'#':>3} {'layer':34} {'op':10} {'call':22} {'MACs':>12} {'tiles':>22} {'DRAM B':>11} "
              f"{'gemmini.h B':>11} {'est.cyc':>10} {'util':>6}"]
     for i, r in enumerate(report["layers"]):
         tiles = ",".join(str(v) for v in r["tiles"].values()) if r["tiles"] else "-"
-        lines.append(f"{i:>3} {r['name'][-34:]:34} {r['op'][:10]:10} {r['call'][:22]:22} {r['macs']:>12,} "
+        lines.append(f"{i:>3} {ascii_text(r['name'])[-34:]:34} {ascii_text(r['op'])[:10]:10} {r['call'][:22]:22} "
+                     f"{r['macs']:>12,} "
                      f"{tiles[-22:]:>22} {_n(r['dram_bytes']):>11} {_n(r['baseline_dram_bytes']):>11} "
                      f"{_n(r['est_cycles']):>10} {_p(r['utilization']):>6}")
-    lines += report["cpu_steps"]
+    lines += [ascii_text(line) for line in report["cpu_steps"]]
     return "\n".join(lines)
 
 
@@ -283,7 +289,7 @@ def ops_cmd(as_json, markdown):
         click.echo(support_markdown(), nl=False)
     else:
         for row in table:
-            click.echo(f"{row['op']:20} since {row['since']:<3} {row['gemmini']}")
+            click.echo(f"{row['op']:20} since {row['since']:<3} {row['module']:22} {row['gemmini']}")
             if row["limits"]:
                 click.echo(f"{'':20}           limits: {row['limits']}")
 
@@ -297,7 +303,7 @@ def main(argv=None) -> int:
     except O2GError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {ascii_text(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)

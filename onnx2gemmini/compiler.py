@@ -13,11 +13,11 @@ import onnx
 
 from . import limits as limits_mod
 from .calibrate import METHODS, calibrate, channel_means
-from .emit.qdq import build_float
-from .errors import DataError, UnsupportedError, UsageError
-from .tiling import apply_tiles
 from .config import PRESETS, GemminiConfig, load_config
 from .data import load_data, random_data
+from .errors import DataError, UnsupportedError, UsageError
+from .golden import build_float
+from .tiling import apply_tiles, attach_costs
 from .graph import Graph, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
 from .passes import run_passes
@@ -76,7 +76,7 @@ class Compiled:
         return tuple(self.loaded.files) + self.sources
 
     def write(self, out_dir: "str | Path", emit: "tuple[str, ...] | None" = None, force: bool = False) -> Path:
-        from .emit.writer import write_outputs
+        from .output import write_outputs
         if not isinstance(out_dir, (str, Path)):
             raise UsageError(f"write: expected an output directory path, got {type(out_dir).__name__}")
         return write_outputs(self, Path(out_dir), emit, force)
@@ -195,6 +195,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
         except ValueError as exc:
             raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
         timing["tiling_s"] = time.perf_counter() - t
+    plan = attach_costs(plan)
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings)
 
 

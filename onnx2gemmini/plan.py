@@ -12,6 +12,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .cpu import CallSite, CpuKernel, Operand
+from .tolerance import Tolerance
+
 NO_ACTIVATION, RELU = 0, 1
 
 
@@ -85,24 +88,6 @@ class Step:
             v = getattr(self, f.name)
             d[f.name] = list(v) if isinstance(v, tuple) else v
         return d
-
-
-@dataclass(frozen=True)
-class Quantize(Step):
-    """QuantizeLinear of a float model input (and NCHW -> NHWC for 4-D inputs): runs on the CPU."""
-
-    kind: ClassVar[str] = "quantize"
-    target: ClassVar[str] = "cpu"
-    input: str = ""
-    output: str = ""
-    scale: float = 1.0
-    to_nhwc: bool = False
-
-    def reads(self):
-        return (self.input,)
-
-    def writes(self):
-        return (self.output,)
 
 
 @dataclass(frozen=True)
@@ -265,16 +250,23 @@ class GlobalAverage(Step):
 
 @dataclass(frozen=True)
 class CpuOp(Step):
-    """A step the host core runs (int8 moves, pooling Gemmini cannot fuse, float ops), with the reason."""
+    """A step the host core runs: one kernel of the CPU table (cpu/), with the reason it is not on Gemmini.
+
+    `golden` overrides the kernel's own tolerance against onnxruntime where the ONNX node this step
+    belongs to is checked against a golden with other semantics (ConvTranspose: onnxruntime sums in
+    float32 and requantizes, Gemmini does not)."""
 
     kind: ClassVar[str] = "cpu"
     target: ClassVar[str] = "cpu"
-    op: str = ""
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
-    params: dict = field(default_factory=dict)
+    params: CpuKernel | None = None
     reason: str = ""
-    tolerance: int = 0  # LSBs by which this kernel may differ from onnxruntime's QDQ semantics
+    golden: Tolerance | None = None
+
+    @property
+    def op(self) -> str:
+        return self.params.op
 
     def reads(self):
         return self.inputs
@@ -282,11 +274,16 @@ class CpuOp(Step):
     def writes(self):
         return self.outputs
 
-    def __hash__(self):  # params is a dict
-        return hash((self.node, self.op, self.inputs, self.outputs))
+    def golden_tolerance(self, site: CallSite) -> Tolerance:
+        return self.golden or self.params.golden(site)
 
-
-STEP_TYPES = {cls.kind: cls for cls in (Quantize, Matmul, Conv, ConvDw, Resadd, GlobalAverage, CpuOp)}
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "target": self.target, "node": self.node, "op": self.op,
+             "inputs": list(self.inputs), "outputs": list(self.outputs), "params": self.params.to_dict(),
+             "reason": self.reason}
+        if self.golden is not None:
+            d["golden"] = dataclasses.asdict(self.golden)
+        return d
 
 
 @dataclass(frozen=True)
@@ -303,6 +300,7 @@ class Plan:
     inputs: tuple[str, ...]           # float model-input tensors, ONNX order
     outputs: tuple[str, ...]          # int8 tensors holding the model outputs, ONNX order
     calibration: dict = field(default_factory=dict)
+    costs: tuple = ()                 # per step: tiling's cost figures (dict) or None; () before tiling.attach_costs
 
     def base(self, tensor_id: str) -> Tensor:
         return base_of(self.tensors, tensor_id)
@@ -312,6 +310,17 @@ class Plan:
 
     def elem_offset(self, tensor_id: str) -> int:
         return elem_offset(self.tensors, tensor_id)
+
+    def operand(self, tid: str) -> Operand:
+        """A tensor or constant as the CPU kernels' calls see it."""
+        if tid in self.constants:
+            c = self.constants[tid]
+            return Operand(tid, tuple(c.shape), str(c.dtype), c.shape[-1] if c.ndim else 1, True)
+        t = self.tensors[tid]
+        return Operand(tid, t.shape, t.dtype, self.row_stride(tid) if t.shape else 1)
+
+    def call_site(self, step: "CpuOp") -> CallSite:
+        return CallSite(tuple(self.operand(t) for t in step.inputs), tuple(self.operand(t) for t in step.outputs))
 
     def to_dict(self) -> dict:
         return {
@@ -327,4 +336,5 @@ class Plan:
                           for k, v in self.constants.items()},
             "steps": [s.to_dict() for s in self.steps],
             "calibration": self.calibration,
+            "costs": list(self.costs),
         }

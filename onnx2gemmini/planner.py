@@ -1,38 +1,18 @@
 """Graph + QuantTable -> Plan: pre-flight every node, call the handlers in order, add the I/O steps."""
 from __future__ import annotations
 
-import re
 from collections import Counter
 
+from . import cpu
 from .config import GemminiConfig
+from .emit.names import unique_identifiers
 from .errors import UnsupportedError
 from .graph import Graph, NodeView, topological
 from .ops.context import LowerContext
 from .ops.registry import lookup
-from .plan import CpuOp, Plan, Quantize, Tensor
+from .plan import CpuOp, Plan, Tensor
 from .quantize import QuantTable
 from .slices import concat_in_place, restride
-
-
-def sanitize(name: str) -> str:
-    """A C/MLIR identifier: alphanumerics and single underscores, not starting with a digit."""
-    s = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "t"
-    return "t" + s if s[0].isdigit() else s
-
-
-def unique_ids(names) -> dict[str, str]:
-    ids: dict[str, str] = {}
-    used: set[str] = set()
-    for name in names:
-        if name in ids:
-            continue
-        base = candidate = sanitize(name)
-        k = 2
-        while candidate in used:
-            candidate, k = f"{base}_{k}", k + 1
-        used.add(candidate)
-        ids[name] = candidate
-    return ids
 
 
 def preflight(graph: Graph, ctx=None) -> None:
@@ -62,8 +42,8 @@ def preflight(graph: Graph, ctx=None) -> None:
 def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_name: str, sha256: str) -> Plan:
     preflight(graph)
     tensor_names = [i.name for i in graph.inputs] + [o for n in graph.nodes for o in n.outputs if o]
-    tensor_ids = unique_ids(tensor_names)
-    node_ids = unique_ids(n.name for n in graph.nodes)
+    tensor_ids = unique_identifiers(tensor_names)
+    node_ids = unique_identifiers(n.name for n in graph.nodes)
     tensors: dict[str, Tensor] = {}      # id -> tensor
     by_onnx: dict[str, Tensor] = {}      # ONNX name -> tensor holding it
     constants: dict = {}
@@ -76,7 +56,8 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
         shape = (vi.shape[0], vi.shape[2], vi.shape[3], vi.shape[1]) if nhwc else vi.shape
         q = Tensor(tensor_ids[vi.name], vi.name, shape, "int8", "NHWC" if nhwc else "plain", scale)
         tensors[f.id], tensors[q.id], by_onnx[vi.name] = f, q, q
-        steps.append(Quantize(f"quantize_{q.id}", input=f.id, output=q.id, scale=scale, to_nhwc=nhwc))
+        steps.append(CpuOp(f"quantize_{q.id}", inputs=(f.id,), outputs=(q.id,), params=cpu.Quantize(scale, nhwc),
+                           reason="model inputs arrive as float32: QuantizeLinear on the CPU"))
         inputs.append(f.id)
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
     for node in order:
@@ -98,8 +79,8 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
             n, h, w, c = t.shape
             out = Tensor(f"{t.id}__out", vo.name, (n, c, h, w), "int8", "plain", t.scale, "output")
             tensors[out.id] = out
-            steps.append(CpuOp(f"output_{t.id}", op="transpose", inputs=(t.id,), outputs=(out.id,),
-                               params={"perm": [0, 3, 1, 2]}, reason="model outputs are written in ONNX order"))
+            steps.append(CpuOp(f"output_{t.id}", inputs=(t.id,), outputs=(out.id,), params=cpu.Transpose((0, 3, 1, 2)),
+                               reason="model outputs are written in ONNX order"))
             t = out
         outputs.append(t.id)
     steps = [restride(s, tensors) for s in concat_in_place(tensors, steps, outputs)]

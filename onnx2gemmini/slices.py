@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .cpu import Concat, Remap
 from .plan import Conv, CpuOp, Matmul, Plan, Step, Tensor, row_stride
 
 
@@ -37,7 +38,7 @@ def _strided_reader(step: Step, tid: str, tensors: dict[str, Tensor]) -> bool:
     the input of a per-channel affine map over the last axis (o2g_affine's x_row)."""
     if isinstance(step, CpuOp):
         return step.op == "affine" and step.inputs[0] == tid and \
-            step.params["axis"] == len(tensors[tid].shape) - 1
+            step.params.axis == len(tensors[tid].shape) - 1
     return (isinstance(step, Matmul) and step.A == tid and step.B != tid and step.D != tid) or \
         (isinstance(step, Conv) and step.input == tid)
 
@@ -46,7 +47,7 @@ def _strided_writer(step: Step, tensors: dict[str, Tensor]) -> bool:
     """Steps that can write through a row stride: Gemmini's matmul and conv, and a last-axis concat (which
     makes DenseNet's chains of concats one buffer)."""
     if isinstance(step, CpuOp):
-        return step.op == "concat" and step.params["axis"] == len(tensors[step.outputs[0]].shape) - 1
+        return step.op == "concat" and step.params.axis == len(tensors[step.outputs[0]].shape) - 1
     return isinstance(step, (Matmul, Conv))
 
 
@@ -70,13 +71,13 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
             result.append(step)
             continue
         out = tensors[step.outputs[0]]
-        if step.params["axis"] != len(out.shape) - 1 or out.slice_of or out.view_of:
+        if step.params.axis != len(out.shape) - 1 or out.slice_of or out.view_of:
             result.append(step)
             continue
         flags, offset = [], 0
-        for tid, scale in zip(step.inputs, step.params["in_scales"]):
+        for tid, scale in zip(step.inputs, step.params.in_scales):
             t = tensors[tid]
-            ok = (scale == step.params["out_scale"] and t.dtype == "int8" and t.view_of is None
+            ok = (scale == step.params.out_scale and t.dtype == "int8" and t.view_of is None
                   and t.slice_of is None and tid not in outputs and tid not in viewed
                   and step.inputs.count(tid) == 1 and len(writers.get(tid, [])) == 1
                   and _strided_writer(steps[writers[tid][0]], tensors)
@@ -88,7 +89,7 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
         if all(flags):
             continue
         if any(flags):
-            step = dataclasses.replace(step, params={**step.params, "in_place": flags},
+            step = dataclasses.replace(step, params=dataclasses.replace(step.params, in_place=tuple(flags)),
                                        reason=f"{step.reason}; {sum(flags)} of {len(flags)} inputs are written in "
                                               "place by their Gemmini producer, the rest is copied")
         result.append(step)
@@ -130,13 +131,12 @@ def densify(plan: Plan) -> Plan:
                        and s.outputs == (parent,)), None)
         if concat is not None:
             s = steps[concat]
-            steps[concat] = dataclasses.replace(s, params={k: v for k, v in s.params.items() if k != "in_place"})
+            steps[concat] = dataclasses.replace(s, params=dataclasses.replace(s.params, in_place=()))
             continue
         last = max(k for k, s in enumerate(steps) if set(s.writes()) & set(parts))
         scale = tensors[parent].scale
-        steps.insert(last + 1, CpuOp(steps[last].node, op="concat", inputs=tuple(parts), outputs=(parent,),
-                                     params={"axis": len(tensors[parent].shape) - 1,
-                                             "in_scales": [scale] * len(parts), "out_scale": scale},
+        steps.insert(last + 1, CpuOp(steps[last].node, inputs=tuple(parts), outputs=(parent,),
+                                     params=Concat(len(tensors[parent].shape) - 1, (scale,) * len(parts), scale),
                                      reason="channel slices written in place elsewhere: joined by a copy here"))
     for tid in slices:
         if holds_data(tid):
@@ -145,8 +145,8 @@ def densify(plan: Plan) -> Plan:
         first = next(k for k, s in enumerate(steps) if tid in s.reads())
         maps = [list(range(t.offset, t.offset + t.shape[-1])) if a == len(t.shape) - 1 else list(range(n))
                 for a, n in enumerate(t.shape)]
-        steps.insert(first, CpuOp(steps[first].node, op="remap", inputs=(t.slice_of,), outputs=(tid,),
-                                  params={"index": [i for m in maps for i in m], "value": 0},
+        steps.insert(first, CpuOp(steps[first].node, inputs=(t.slice_of,), outputs=(tid,),
+                                  params=Remap(tuple(i for m in maps for i in m)),
                                   reason="a channel slice read in place elsewhere: copied here"))
     steps = [restride_dense(s) if set(s.reads() + s.writes()) & set(slices) else s for s in steps]
     return dataclasses.replace(plan, tensors=tensors, steps=tuple(steps))

@@ -22,6 +22,7 @@ from onnx2gemmini.emit.c import write_c
 from onnx2gemmini.memory import plan_memory
 from onnx2gemmini.run import hostc
 from onnx2gemmini.run.emulator import Emulator
+from onnx2gemmini.run.selftest import selftest_case
 
 MODEL = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
 
@@ -37,7 +38,7 @@ def main() -> None:
     compiled = o2g.compile(MODEL, num_calib=1)
     timing["compile_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    c_dir = write_c(compiled, out / "c", "scripts/bench_c_build.py")
+    c_dir = write_c(compiled.plan, out / "c", *selftest_case(compiled.plan), "scripts/bench_c_build.py")
     timing["emit_s"] = time.perf_counter() - t
     t = time.perf_counter()
     hostc.build(c_dir, ("model",), jobs=args.jobs)

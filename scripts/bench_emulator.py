@@ -16,7 +16,7 @@ import onnx
 
 import onnx2gemmini as o2g
 from onnx2gemmini.calibrate import session
-from onnx2gemmini.emit.qdq import build_qdq
+from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.run.emulator import Emulator
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

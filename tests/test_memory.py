@@ -11,7 +11,8 @@ import pytest
 
 import onnx2gemmini as o2g
 from onnx2gemmini.memory import ALIGN, align_up, live_ranges, lower_bound, plan_memory
-from onnx2gemmini.plan import CpuOp, Plan, Quantize, Tensor
+from onnx2gemmini import cpu
+from onnx2gemmini.plan import CpuOp, Plan, Tensor
 from tests.emit.c_models import MODELS
 from tests.helpers import random_dataset
 
@@ -70,10 +71,10 @@ def tiny_plan(sizes: list[int]) -> Plan:
     """A chain x -> t0 -> t1 -> ... of int8 buffers with the given sizes (clip steps)."""
     tensors = {"x__f32": Tensor("x__f32", "x", (sizes[0],), "float32", kind="input"),
                "t0": Tensor("t0", "x", (sizes[0],))}
-    steps = [Quantize("q", input="x__f32", output="t0", scale=0.1)]
+    steps = [CpuOp("q", inputs=("x__f32",), outputs=("t0",), params=cpu.Quantize(0.1))]
     for i, n in enumerate(sizes[1:], 1):
         tensors[f"t{i}"] = Tensor(f"t{i}", "", (n,))
-        steps.append(CpuOp(f"c{i}", op="clip", inputs=(f"t{i - 1}",), outputs=(f"t{i}",), params={"lo": 0, "hi": 1}))
+        steps.append(CpuOp(f"c{i}", inputs=(f"t{i - 1}",), outputs=(f"t{i}",), params=cpu.Clip(0, 1)))
     base = o2g.compile(ROOT / "models" / "digits_cnn.onnx", calib=ROOT / "models" / "digits_calib.npz").plan
     return dataclasses.replace(base, tensors=tensors, constants={}, steps=tuple(steps), inputs=("x__f32",),
                                outputs=(f"t{len(sizes) - 1}",))

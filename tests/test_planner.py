@@ -5,15 +5,7 @@ import numpy as np
 from onnx import helper
 
 import onnx2gemmini as o2g
-from onnx2gemmini.planner import sanitize, unique_ids
 from tests.helpers import infer_outputs, random_dataset
-
-
-def test_sanitize_and_unique():
-    assert sanitize("/features/features.0/Conv_output_0") == "features_features_0_Conv_output_0"
-    assert sanitize("0abc") == "t0abc" and sanitize("***") == "t"
-    ids = unique_ids(["a.b", "a-b", "a_b", "*/"])
-    assert len(set(ids.values())) == 4 and all("__" not in v for v in ids.values())
 
 
 def test_plan_is_json_serializable_and_deterministic():

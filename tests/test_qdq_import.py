@@ -10,7 +10,7 @@ import pytest
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 import onnx2gemmini as o2g
-from onnx2gemmini.emit.qdq import build_qdq
+from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.load import load
 
 ROOT = Path(__file__).resolve().parents[1] / "models"

@@ -7,7 +7,7 @@ import onnx2gemmini as o2g
 from onnx2gemmini.calibrate import session
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.config import PRESETS
-from onnx2gemmini.emit.qdq import build_float, build_qdq
+from onnx2gemmini.golden import build_float, build_qdq
 from onnx2gemmini.graph import from_onnx
 from onnx2gemmini.load import load
 from onnx2gemmini.passes import run_passes

@@ -48,7 +48,7 @@ def test_in_place_inputs_and_exactness(case):
         assert step is None
         assert sum(1 for t in plan.tensors.values() if t.slice_of) == (4 if case == "dense_block_chain" else 2)
     else:
-        assert step.params.get("in_place", [False] * len(flags)) == flags
+        assert list(step.params.in_place or [False] * len(flags)) == flags
         for tid, in_place in zip(step.inputs, flags):
             assert (plan.tensors[tid].slice_of == step.outputs[0]) == in_place
 

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from onnx2gemmini import cpu
 from onnx2gemmini.config import PRESETS, GemminiConfig
 from onnx2gemmini.emit.report import layer_rows
 from onnx2gemmini.plan import Conv, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from onnx2gemmini.tiling import (apply_tiles, baseline_conv_tiles, baseline_matmul_tiles, baseline_tiles,
                                  choose_conv_tiles, choose_matmul_tiles, conv_fits, conv_rows,
-                                 cost_callback, matmul_fits, matmul_rows, plan_costs, step_costs)
+                                 attach_costs, matmul_fits, matmul_rows, plan_costs, step_costs)
 from onnx2gemmini.tiling.baseline import baseline_global_average_tile, baseline_resadd_tiles
 from onnx2gemmini.tiling.capacity import resadd_acc_rows
 from onnx2gemmini.tiling.cost import conv_traffic, matmul_cost, matmul_traffic
@@ -190,7 +191,7 @@ def _plan(config=DEFAULT) -> Plan:
         Matmul("fixed", I=64, J=64, K=64, A="z", B="w3", C="u", tiles={"tile_I": 1, "tile_J": 1, "tile_K": 1}),
         Resadd("add", I=3136, J=256, A="u", B="y", C="v"),
         GlobalAverage("gap", input="v", output="p", batches=1, channels=2048, dim=7),
-        CpuOp("soft", op="softmax", inputs=("p",), outputs=("q",), reason="float op"),
+        CpuOp("soft", inputs=("p",), outputs=("q",), params=cpu.Softmax(-1, 1.0, 1.0), reason="float op"),
     )
     return Plan("m", "0" * 64, 17, config, {}, {}, steps, (), ())
 
@@ -228,9 +229,9 @@ def test_untiled_step_costs_are_the_baseline():
     assert c["dram_bytes"] == c["baseline_dram_bytes"]
 
 
-def test_cost_callback_feeds_report_rows():
-    plan = apply_tiles(_plan())
-    rows = layer_rows(plan, {}, cost=cost_callback(plan))
+def test_attached_costs_feed_report_rows():
+    plan = attach_costs(apply_tiles(_plan()))
+    rows = layer_rows(plan, {})
     assert rows[0]["baseline_tiles"] and rows[0]["dram_bytes"] < rows[0]["baseline_dram_bytes"]
     assert rows[0]["tiles"] == plan.steps[0].tiles
     assert rows[-1]["dram_bytes"] is None and rows[-1]["target"] == "cpu"

@@ -2,10 +2,9 @@
 
 Targets gemmini.h of ucb-bar/gemmini-rocc-tests, branch dev, commit 180c468 (2023-10-07): model.c is a
 straight-line sequence of its calls (tiled_matmul_auto / tiled_matmul, tiled_conv_auto / tiled_conv,
-tiled_resadd_auto, tiled_global_average_auto) with that version's exact signatures (spec/gemmini.md §3),
-one per plan step (explicit-tile entry points when the step carries tiles), and CPU steps calling the
-o2g_runtime kernels (emit/c_kernels.py). Depthwise convs reach the plan as the exact CPU kernel
-(ops/conv.py), so tiled_conv_dw_auto is never needed.
+tiled_conv_dw_auto, tiled_resadd_auto, tiled_global_average_auto) with that version's exact signatures
+(spec/gemmini.md §3), one per plan step (explicit-tile entry points when the step carries tiles), and
+CPU steps calling the o2g_runtime kernels (emit/c_kernels.py prints their calls from the cpu/ table).
 
 Why it looks the way it does:
 * weights leave as binary data (weights.bin, pulled in by weights.S with .incbin, one 64-byte-aligned
@@ -14,7 +13,11 @@ Why it looks the way it does:
   the float model inputs in their own buffers; views alias their base;
 * the same model.c builds for the host (bundled host/gemmini.h), for RISC-V + picolibc on Spike, and
   bare-metal against the real gemmini.h (Makefile targets, see runtime/templates/Makefile.in);
-* output is a pure function of the Plan (and the self-test sample): byte-identical files every time.
+* the self-test (selftest.c) checks, after the steps it names, the step's output against the emulator's
+  and then puts the emulator's values in place, so every step is checked on the emulator's own inputs
+  and no tolerance propagates (O2G_STEP_DONE; `make ... CHECK_LAYERS=1` checks every step);
+* output is a pure function of the Plan and the self-test's sample and expected values (computed by the
+  caller): byte-identical files every time.
 """
 from __future__ import annotations
 
@@ -24,73 +27,47 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..memory import ALIGN, align_up, plan_memory
-from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd, Step
-from ..planner import sanitize, unique_ids
-from ..run.emulator import Emulator
-from .banner import banner_lines, safe_comment_text
-from .c_kernels import INEXACT, CpuPrinter, c_float, tolerances
+from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd, Step
+from ..tolerance import EXACT
+from .banner import banner_lines
+from .c_kernels import CpuPrinter, c_float
+from .checks import Check, selftest_checks
+from .names import c_comment, c_identifier, c_string, makefile_comment, unique_identifiers
 
 GEMMINI_VERSION = "ucb-bar/gemmini-rocc-tests branch dev, commit 180c468 (2023-10-07)"
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
-RUNTIME_FILES = {"o2g_runtime.h": "o2g_runtime.h", "o2g_runtime.c": "o2g_runtime.c",
-                 "o2g_htif.c": "o2g_htif.c", "host/gemmini.h": "host/gemmini.h"}
+RUNTIME_FILES = {"o2g_runtime.h": "o2g_runtime.h", "o2g_runtime.c": "o2g_runtime.c", "o2g_selftest.h":
+                 "o2g_selftest.h", "o2g_htif.c": "o2g_htif.c", "host/gemmini.h": "host/gemmini.h"}
 MATMUL_TILES = ("tile_I", "tile_J", "tile_K")
 CONV_TILES = ("batches", "porows", "pocols", "pochs", "krows", "kcols", "kchs")
 
 
-def write_c(compiled_or_plan, out_dir: Path, command: str = "", prefix: str | None = None,
-            sample: dict[str, np.ndarray] | None = None) -> Path:
-    """Write OUT/c/ for a Compiled (or a bare Plan); `sample` (float inputs by ONNX name) is the self-test's."""
-    plan: Plan = getattr(compiled_or_plan, "plan", compiled_or_plan)
-    command = command or getattr(compiled_or_plan, "command", "")
+def write_c(plan: Plan, out_dir: Path, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+            command: str = "", prefix: str | None = None) -> Path:
+    """Write OUT/c/ for `plan`. The self-test runs `sample` (float inputs by ONNX name) and compares with
+    `expected` (int8 value of every tensor a step writes, by tensor id: the emulator's, see
+    run/selftest.py)."""
     out_dir = Path(out_dir)
-    for name, data in c_files(plan, command, prefix, sample).items():
+    for name, data in c_files(plan, sample, expected, command, prefix).items():
         path = out_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return out_dir
 
 
-def c_files(plan: Plan, command: str = "", prefix: str | None = None,
-            sample: dict[str, np.ndarray] | None = None) -> dict[str, bytes]:
+def c_files(plan: Plan, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray], command: str = "",
+            prefix: str | None = None) -> dict[str, bytes]:
     """Every file of OUT/c/ by relative path, as bytes."""
-    program = CProgram(plan, command, prefix)
-    files = program.files(sample if sample is not None else default_sample(plan))
+    files = CProgram(plan, command, prefix).files(sample, expected)
     for dest, src in RUNTIME_FILES.items():
         files[dest] = (RUNTIME / src).read_bytes()
     return dict(sorted(files.items()))
 
 
-def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic self-test input: uniform over each input's int8 range (so every code is likely)."""
-    rng = np.random.default_rng(seed)
-    sample = {}
-    for tid in plan.inputs:
-        t = plan.tensors[tid]
-        q = next((s for s in plan.steps if isinstance(s, Quantize) and s.input == tid), None)
-        scale = q.scale if q is not None else 1.0 / 32
-        sample[t.onnx_name] = (rng.uniform(-128.0, 127.0, t.shape) * scale).astype(np.float32)
-    return sample
-
-
 # --- literals ------------------------------------------------------------------------------------
 
-def c_string(text: str) -> str:
-    """A C string literal for any text (UTF-8 bytes, escapes; no trigraphs)."""
-    out = []
-    for b in text.encode("utf-8"):
-        ch = chr(b)
-        if ch in '"\\?':
-            out.append("\\" + ch)
-        elif 32 <= b < 127:
-            out.append(ch)
-        else:
-            out.append(f"\\{b:03o}")
-    return '"' + "".join(out) + '"'
-
-
 def block_comment(lines: list[str], indent: str = "") -> list[str]:
-    body = [f"{indent} * {safe_comment_text(line)}".rstrip() for line in lines]
+    body = [f"{indent} * {c_comment(line)}".rstrip() for line in lines]
     return [f"{indent}/*"] + body + [f"{indent} */"]
 
 
@@ -141,12 +118,12 @@ class CProgram:
 
     def __init__(self, plan: Plan, command: str = "", prefix: str | None = None):
         self.plan = plan
-        self.p = sanitize(prefix) if prefix else "o2g_" + sanitize(plan.model_name).lower()
+        self.p = c_identifier(prefix) if prefix else "o2g_" + c_identifier(plan.model_name).lower()
         self.P = self.p.upper()
         self.banner = banner_lines(plan, command) + [f"gemmini.h: {GEMMINI_VERSION}"]
         self.memory = plan_memory(plan)
-        tensor_names = unique_ids(plan.tensors)
-        const_names = unique_ids(plan.constants)
+        tensor_names = unique_identifiers(plan.tensors)
+        const_names = unique_identifiers(plan.constants)
         self.const_sym = {cid: f"{self.p}_w_{const_names[cid]}" for cid in plan.constants}
         self.input_sym = {tid: f"{self.p}_in_{tensor_names[tid]}" for tid in plan.inputs}
         self.tensor_sym = {tid: f"{self.p}_t_{tensor_names[tid]}" for tid in plan.tensors}
@@ -172,27 +149,23 @@ class CProgram:
         return block_comment(self.banner)
 
     # -- files -----------------------------------------------------------------------------
-    def files(self, sample: dict[str, np.ndarray]) -> dict[str, bytes]:
+    def files(self, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict[str, bytes]:
         plan = self.plan
         weights, wtable = blob([(self.const_sym[c], a) for c, a in plan.constants.items()])
-        data, dtable = self.selftest_blob(sample)
         text = {
             "model.h": self.model_h(),
             "model_config.h": self.config_h(),
             "model.c": self.model_c(wtable),
             "weights.S": incbin_source(self.banner, "weights.S: the model's constant data", "weights.bin",
                                        wtable),
-            "selftest_data.S": incbin_source(self.banner, "selftest_data.S: the self-test's sample and "
-                                             "expected outputs", "selftest_data.bin", dtable),
-            "selftest_data.c": self.selftest_data_c(dtable),
             "main.c": self.template("main.c.in", "\n".join(self.c_banner())),
             "selftest.c": self.template("selftest.c.in", "\n".join(self.c_banner())),
-            "Makefile": self.template("Makefile.in", "\n".join("# " + safe_comment_text(line)
+            "Makefile": self.template("Makefile.in", "\n".join("# " + makefile_comment(line)
                                                                for line in self.banner)),
         }
         files = {name: body.encode() for name, body in text.items()}
         files["weights.bin"] = weights
-        files["selftest_data.bin"] = data
+        files.update(self.selftest_files(sample, expected))
         return files
 
     def template(self, name: str, banner: str) -> str:
@@ -202,7 +175,7 @@ class CProgram:
         cfg, guard = self.plan.config, f"{self.P}_MODEL_CONFIG_H"
         lines = self.c_banner() + [
             f"#ifndef {guard}", f"#define {guard}", "",
-            f"/* The Gemmini configuration '{safe_comment_text(cfg.name)}' this model was compiled for: the",
+            f"/* The Gemmini configuration '{c_comment(cfg.name)}' this model was compiled for: the",
             " * gemmini_params.h it is built against must agree (model.c checks), and the host build",
             " * configures host/gemmini.h with these values. */",
             f"#define {self.P}_DIM {cfg.dim}",
@@ -219,7 +192,7 @@ class CProgram:
             f"#ifndef {guard}", f"#define {guard}", "",
             "#include <stddef.h>", "#include <stdint.h>", "",
             "/*",
-            f" * {safe_comment_text(plan.model_name)} for Gemmini. Write every float32 input (ONNX layout) into",
+            f" * {c_comment(plan.model_name)} for Gemmini. Write every float32 input (ONNX layout) into",
             f" * {p}_inputs[i], call {p}_run(), read the int8 outputs (ONNX layout) from {p}_outputs[i]",
             f" * (real value = int8 * {p}_output_scales[i]). Static memory only; not reentrant.",
             " */",
@@ -232,10 +205,10 @@ class CProgram:
             ""]
         for i, tid in enumerate(plan.inputs):
             t = plan.tensors[tid]
-            lines.append(f"/* input {i}: '{safe_comment_text(t.onnx_name)}' float32 {list(t.shape)} */")
+            lines.append(f"/* input {i}: '{c_comment(t.onnx_name)}' float32 {list(t.shape)} */")
         for i, tid in enumerate(plan.outputs):
             t = plan.tensors[tid]
-            lines.append(f"/* output {i}: '{safe_comment_text(t.onnx_name)}' int8 {list(t.onnx_shape)}, "
+            lines.append(f"/* output {i}: '{c_comment(t.onnx_name)}' int8 {list(t.onnx_shape)}, "
                          f"scale {c_float(t.scale or 1.0)} */")
         lines += [
             "",
@@ -275,6 +248,9 @@ class CProgram:
             '#include "include/gemmini_testutils.h" /* read_cycles() */',
             "#endif",
             '#include "o2g_runtime.h"', "",
+            "#ifdef O2G_SELFTEST /* the self-test checks (and resynchronizes) tensors after some steps */",
+            '#include "o2g_selftest.h"', "#define O2G_STEP_DONE(step) o2g_step_done(step)", "#else",
+            "#define O2G_STEP_DONE(step) ((void)0)", "#endif", "",
             f"#if DIM != {P}_DIM || BANK_NUM != {P}_BANK_NUM || BANK_ROWS != {P}_BANK_ROWS || "
             f"ACC_ROWS != {P}_ACC_ROWS",
             '#error "gemmini_params.h does not match the Gemmini configuration this model was compiled '
@@ -302,7 +278,7 @@ class CProgram:
                         f", channels {t.offset}.. of {t.slice_of} (rows {plan.row_stride(tid)} apart)"
                         if t.slice_of else "")
                 lines.append(f"#define {self.tensor_sym[tid]} {expr} /* {t.dtype} {dims(t.shape)} {t.layout}"
-                             f"{safe_comment_text(view)} */")
+                             f"{c_comment(view)} */")
         lines += ["", "/* Model inputs, float32 in ONNX layout. */"]
         for tid in plan.inputs:
             lines.append(f"static float {self.input_sym[tid]}[{self.elems(tid)}] __attribute__((aligned({ALIGN})));")
@@ -342,11 +318,12 @@ class CProgram:
             if on_gemmini:
                 lines.append("    gemmini_fence(); /* Gemmini is done before the CPU reads the result */")
             lines.append(f"    {p}_layer_cycles[{i}] = read_cycles() - start;")
-        return lines + ["}"]
+            lines.append(f"    O2G_STEP_DONE({i});")
+        return lines + ["}", "", "#ifdef O2G_SELFTEST", '#include "selftest_checks.inc"', "#endif"]
 
     # -- one printer per step kind: (comment lines, C lines) ---------------------------------------------
     def print_step(self, step: Step) -> tuple[list[str], list[str]]:
-        printers = {Quantize: self.quantize, Matmul: self.matmul, Conv: self.conv, ConvDw: self.conv_dw,
+        printers = {Matmul: self.matmul, Conv: self.conv, ConvDw: self.conv_dw,
                     Resadd: self.resadd, GlobalAverage: self.global_average, CpuOp: self.cpu}
         printer = next((f for cls, f in printers.items() if isinstance(step, cls)), None)
         if printer is None:
@@ -367,17 +344,6 @@ class CProgram:
         if missing:
             raise UnsupportedError(f"C back end: {step.node}: tiles lack {', '.join(missing)}")
         return ", ".join(str(int(step.tiles[n])) for n in names)
-
-    def quantize(self, s: Quantize):
-        src = self.plan.tensors[s.input]
-        head = [f"QuantizeLinear on the CPU: float32 {dims(src.shape)} / {c_float(s.scale)} ({s.scale:.9g}), "
-                f"round half to even, saturate" + (", NCHW -> NHWC" if s.to_nhwc else "")]
-        if s.to_nhwc:
-            n, c, h, w = src.shape
-            return head, [f"o2g_quantize_nchw_to_nhwc({self.ptr(s.input)}, {self.ptr(s.output)}, {n}, {c}, {h}, "
-                          f"{w}, {c_float(s.scale)});"]
-        return head, [f"o2g_quantize({self.ptr(s.input)}, {self.ptr(s.output)}, {self.elems(s.input)}, "
-                      f"{c_float(s.scale)});"]
 
     def matmul(self, s: Matmul):
         act = "RELU" if s.act == RELU else "NO_ACTIVATION"
@@ -468,40 +434,72 @@ class CProgram:
             (f"{s.batches}, {s.channels}, {s.dim}", "batches, channels, dim"), ("WS", "type")])
 
     def cpu(self, s: CpuOp):
-        shapes = " + ".join(dims(self.cpu_printer.shape(t)) for t in s.inputs)
+        shapes = " + ".join(dims(self.plan.operand(t).shape) for t in s.inputs)
         head = [f"CPU {s.op}: {shapes} -> {dims(self.plan.tensors[s.outputs[0]].shape)}", f"why: {s.reason}"]
-        tol = INEXACT.get(s.op)
-        if tol:
-            head.append(f"float32 kernel: within {tol} LSB of the emulator")
+        tol = s.params.c_exactness
+        if tol != EXACT:
+            head.append(f"float32 kernel: within {tol.lsb} LSB of the emulator ({tol.why})")
         return head, self.cpu_printer.print(s)
 
-    # -- the self-test's embedded sample -----------------------------------------------------------------
-    def selftest_blob(self, sample: dict[str, np.ndarray]):
-        plan = self.plan
-        expected = Emulator(plan).run(sample)
-        arrays = [(f"{self.p}_sample_input_{i}", np.asarray(sample[plan.tensors[tid].onnx_name], np.float32)
-                   .reshape(-1)) for i, tid in enumerate(plan.inputs)]
-        arrays += [(f"{self.p}_expected_output_{i}", expected[tid].astype(np.int8).reshape(-1))
-                   for i, tid in enumerate(plan.outputs)]
-        return blob(arrays)
+    # -- the self-test -----------------------------------------------------------------------------------
+    def selftest_files(self, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict[str, bytes]:
+        """selftest_data.{bin,S,c} (the sample and the default checks' values), selftest_layers.{bin,S} (every
+        step's, for CHECK_LAYERS=1) and selftest_checks.inc (the check tables, compiled into model.c)."""
+        plan, p = self.plan, self.p
+        inputs = [(f"{p}_sample_input_{i}", np.asarray(sample[plan.tensors[tid].onnx_name], np.float32).reshape(-1))
+                  for i, tid in enumerate(plan.inputs)]
+        default, layers = selftest_checks(plan, False), selftest_checks(plan, True)
 
-    def selftest_data_c(self, dtable) -> str:
-        p, P, plan = self.p, self.P, self.plan
-        n_in = len(plan.inputs)
+        def values(prefix: str, checks: list[Check]):
+            return [(f"{p}_{prefix}_{k}", np.asarray(expected[c.tensor], np.int8).reshape(-1))
+                    for k, c in enumerate(checks)]
+        data, dtable = blob(inputs + values("expect", default))
+        layer_data, ltable = blob(values("layer_expect", layers))
+        return {
+            "selftest_data.bin": data,
+            "selftest_data.S": incbin_source(self.banner, "selftest_data.S: the self-test's sample and the "
+                                             "emulator's values of the checked tensors", "selftest_data.bin",
+                                             dtable).encode(),
+            "selftest_layers.bin": layer_data,
+            "selftest_layers.S": incbin_source(self.banner, "selftest_layers.S: the emulator's value of every "
+                                               "step's output (CHECK_LAYERS=1)", "selftest_layers.bin",
+                                               ltable).encode(),
+            "selftest_data.c": self.selftest_data_c(dtable[:len(inputs)]).encode(),
+            "selftest_checks.inc": self.checks_inc(default, dtable[len(inputs):], layers, ltable).encode(),
+        }
+
+    def selftest_data_c(self, input_table) -> str:
+        p, P = self.p, self.P
         lines = self.c_banner() + [
-            "/* selftest_data.c: the self-test's sample input and the emulator's outputs for it",
-            " * (selftest_data.bin, pulled in by selftest_data.S). */",
+            "/* selftest_data.c: the self-test's sample input (selftest_data.bin, pulled in by selftest_data.S). */",
             "#include <stdint.h>", "", '#include "model.h"', ""]
-        for i, (sym, _, size) in enumerate(dtable):
-            ctype, count = ("float", size // 4) if i < n_in else ("int8_t", size)
-            lines.append(f"extern const {ctype} {sym}[{count}];")
+        lines += [f"extern const float {sym}[{size // 4}];" for sym, _, size in input_table]
         lines += ["", f"const float *const {p}_sample_inputs[{P}_NUM_INPUTS] = {{"]
-        lines += [f"    {sym}," for sym, _, _ in dtable[:n_in]] + ["};"]
-        lines += [f"const int8_t *const {p}_expected_outputs[{P}_NUM_OUTPUTS] = {{"]
-        lines += [f"    {sym}," for sym, _, _ in dtable[n_in:]] + ["};"]
-        lines += [f"const int {p}_output_tolerances[{P}_NUM_OUTPUTS] = {{"]
-        tol = tolerances(plan)
-        lines += [f"    {tol[tid]}," for tid in plan.outputs] + ["};", ""]
+        lines += [f"    {sym}," for sym, _, _ in input_table] + ["};", ""]
+        return "\n".join(lines)
+
+    def checks_inc(self, default: list[Check], dtable, layers: list[Check], ltable) -> str:
+        """`{p}_checks`: per checked tensor its step, name, bytes (rows row_stride apart), the emulator's
+        values and the tolerance (largest difference, differing values allowed)."""
+        lines = self.c_banner() + [
+            "/* selftest_checks.inc: what the self-test compares after which step (included by model.c",
+            " * under O2G_SELFTEST; CHECK_LAYERS=1 selects the table of every step). */"]
+        for flag, checks, table in (("#if O2G_CHECK_LAYERS", layers, ltable), ("#else", default, dtable)):
+            lines += [flag] + [f"extern const int8_t {sym}[{size}];" for sym, _, size in table]
+            lines.append(f"const struct o2g_check {self.p}_checks[] = {{")
+            for check, (sym, _, _) in zip(checks, table):
+                t = self.plan.tensors[check.tensor]
+                if t.dtype != "int8":
+                    raise UnsupportedError(f"C back end: self-test check of {t.dtype} tensor {t.id}")
+                width = t.shape[-1] if t.shape else 1
+                rows = int(np.prod(t.shape, dtype=np.int64)) // max(width, 1)
+                tol = check.tolerance
+                lines.append(f"    {{{check.step}, {c_string(t.onnx_name or t.id)}, {self.ptr(t.id)}, {rows}, {width}, "
+                             f"{self.plan.row_stride(t.id) if t.shape else 1}, {sym}, {tol.lsb}, "
+                             f"{tol.allowed(rows * width)}}},")
+            lines.append("};")
+        lines += ["#endif", f"const size_t {self.p}_num_checks = sizeof {self.p}_checks / sizeof {self.p}_checks[0];",
+                  ""]
         return "\n".join(lines)
 
 

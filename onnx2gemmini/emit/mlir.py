@@ -23,8 +23,10 @@ from ..errors import UnsupportedError
 from ..plan import Conv, Matmul, Plan, Step
 from ..slices import densify
 from .banner import banner_lines
+from .checks import Check, selftest_checks
+from .names import mlir_comment
 from .mlir_runtime import Arg, Array, RuntimeCall, runtime_calls
-from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, comment_text, dense, element_type, f32_attr,
+from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, dense, element_type, f32_attr,
                         f32_literal, i64_attr, literal, memref_type, shape_tag, unranked_type)
 
 ALIGN = 64
@@ -60,10 +62,21 @@ def conv_needs_runtime(step: Conv) -> str:
     return ""
 
 
-def emit_mlir(plan: Plan, command: str = "") -> str:
-    """The module text. The tile ops take dense memrefs, so channel slices become copies here."""
+def emit_mlir(plan: Plan, command: str = "", check_steps: bool = False) -> str:
+    """The module text. The tile ops take dense memrefs, so channel slices become copies here.
+
+    `check_steps`: after every step, `func.call @o2g_rt_check(k, tensor)` for each check k of
+    `step_checks(plan)`, so a test harness compares each step's output with the emulator's and puts the
+    emulator's values in place (no difference propagates); not for deployment."""
     check_config(plan.config)
-    return _Module(densify(plan)).text(command)
+    dense = densify(plan)
+    return _Module(dense, step_checks(plan) if check_steps else []).text(command)
+
+
+def step_checks(plan: Plan) -> list[Check]:
+    """The checks of a module emitted with check_steps, in hook order: every step's outputs (steps and
+    tensor ids of the densified plan, whose expected values the harness needs)."""
+    return selftest_checks(densify(plan), every_step=True)
 
 
 def write_mlir(plan: Plan, path: "str | Path", command: str = "") -> None:
@@ -73,8 +86,8 @@ def write_mlir(plan: Plan, path: "str | Path", command: str = "") -> None:
 class _Module:
     """Module-level symbols (runtime declarations, globals) collected while @forward is printed."""
 
-    def __init__(self, plan: Plan):
-        self.plan = plan
+    def __init__(self, plan: Plan, checks: list[Check]):
+        self.plan, self.checks = plan, checks
         self.decls: dict[str, tuple[str, ...]] = {}
         self.globals: dict[str, str] = {}              # symbol -> full line
         self.global_data: dict[str, np.ndarray] = {}
@@ -90,7 +103,7 @@ class _Module:
         """The symbol of a private constant global (created on first request)."""
         sym = key
         if sym not in self.globals:
-            comment = f"  // {comment_text(note)}" if note else ""
+            comment = f"  // {mlir_comment(note)}" if note else ""
             self.globals[sym] = (f'memref.global "private" constant @{sym} : {memref_type(shape, elem)} = '
                                  f"{dense(data)} {{alignment = {ALIGN} : i64}}{comment}")
             self.global_data[sym] = data
@@ -101,7 +114,7 @@ class _Module:
     def text(self, command: str) -> str:
         body = _Forward(self.plan, self).lines()
         plan, cfg = self.plan, self.plan.config
-        out = [f"// {comment_text(line)}" for line in banner_lines(plan, command)]
+        out = [f"// {mlir_comment(line)}" for line in banner_lines(plan, command)]
         out += [
             "// buddy-mlir gemmini-dialect module (gemmini ops in generic form); ABI and pipeline: docs/mlir.md",
             f"//   buddy-opt model.mlir -llvm-request-c-wrappers -lower-gemmini=\"{lower_gemmini_options(cfg)}\"",
@@ -112,10 +125,10 @@ class _Module:
         ]
         for tid in plan.inputs:
             t = plan.tensors[tid]
-            out.append(f"//   input  %{tid}: '{comment_text(t.onnx_name)}' {shape_tag(t.shape)} float32")
+            out.append(f"//   input  %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} float32")
         for tid in plan.outputs:
             t = plan.tensors[tid]
-            out.append(f"//   output %{tid}: '{comment_text(t.onnx_name)}' {shape_tag(t.shape)} int8, "
+            out.append(f"//   output %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} int8, "
                        f"scale {f32_literal(t.scale or 1.0)}")
         out.append("module {")
         for sym, types in sorted(self.decls.items()):
@@ -239,6 +252,7 @@ class _Forward:
         for index, step in enumerate(plan.steps):
             self.body.append("")
             self._step(index, step)
+            self._checks(index)
             for base_id in last.get(index, ()):
                 if base_id in self.allocated:
                     base = plan.tensors[base_id]
@@ -250,6 +264,18 @@ class _Forward:
             self.emit(f"memref.copy {self.tensor(tid, t.shape)}, {v} : {ty} to {ty}")
         head = f"func.func @{ENTRY}({', '.join(params)}) {C_IFACE} {{"
         return [head] + self.body + ["  return", "}"]
+
+    def _checks(self, index: int) -> None:
+        """The test hooks after step `index` (emit_mlir's check_steps)."""
+        for k, check in enumerate(self.module.checks):
+            if check.step != index:
+                continue
+            t = self.plan.tensors[check.tensor]
+            v = self.tensor(t.id, t.shape)
+            u = self.names.fresh("check.u")
+            self.emit(f"{u} = memref.cast {v} : {memref_type(t.shape, 'i8')} to {unranked_type('i8')}")
+            self.module.declare("o2g_rt_check", ("i64", unranked_type("i8")))
+            self.emit(f"func.call @o2g_rt_check({self.i64(k, 'check')}, {u}) : (i64, {unranked_type('i8')}) -> ()")
 
     def _last_uses(self) -> dict[int, list[str]]:
         last: dict[str, int] = {}
@@ -263,7 +289,7 @@ class _Forward:
         return by_step
 
     def _step(self, index: int, step: Step) -> None:
-        what = f"[{index}] {step.kind} '{comment_text(step.node)}'"
+        what = f"[{index}] {step.kind} '{mlir_comment(step.node)}'"
         if isinstance(step, Matmul):
             self.emit(f"// {what}: gemmini.tile_matmul")
             return self._matmul(step)
@@ -272,14 +298,14 @@ class _Forward:
             return self._conv(step)
         calls = runtime_calls(step, self.plan)
         why = getattr(step, "reason", "") or (conv_needs_runtime(step) if isinstance(step, Conv) else "")
-        self.emit(f"// {what}: @{calls[0].symbol}" + (f" ({comment_text(why)})" if why else ""))
+        self.emit(f"// {what}: @{calls[0].symbol}" + (f" ({mlir_comment(why)})" if why else ""))
         for call in calls:
-            self._call(step, call)
+            self._call(index, step, call)
 
     def _tiles(self, step) -> None:
         if step.tiles:
             tiles = " ".join(f"{k}={v}" for k, v in step.tiles.items())
-            self.emit(f"// tiles chosen by onnx2gemmini: {comment_text(tiles)} (the tile ops take none; "
+            self.emit(f"// tiles chosen by onnx2gemmini: {mlir_comment(tiles)} (the tile ops take none; "
                       "-lower-gemmini tiles by its own heuristic)")
 
     def _matmul(self, s: Matmul) -> None:
@@ -321,26 +347,27 @@ class _Forward:
         self.emit(f'"gemmini.tile_conv"({x}, {w}, {b}, {y}, {", ".join(dims)}) {{{attrs}}} : '
                   f'({", ".join(types)}) -> ()')
 
-    def _call(self, step: Step, call: RuntimeCall) -> None:
+    def _call(self, index: int, step: Step, call: RuntimeCall) -> None:
         writes = set(step.writes())
         operands, types = [], []
-        for arg in call.args:
-            v, elem = self._arg(arg, arg.tensor in writes)
-            u = self.names.fresh(f"{arg.name}.u")
-            self.emit(f"{u} = memref.cast {v} : {memref_type(arg.shape, elem)} to {unranked_type(elem)}")
-            operands.append(u)
-            types.append(unranked_type(elem))
-        for param in call.params:
-            if isinstance(param, Array):
-                operands.append(self._array(param))
-                types.append(unranked_type(param.type))
-                continue
-            v = self.names.fresh(param.name)
-            self.emit(f"{v} = arith.constant {literal(param.value, param.type)} : {param.type}")
-            operands.append(v)
-            types.append(param.type)
+        for op in call.operands:
+            if isinstance(op, Arg):
+                v, elem = self._arg(op, op.tensor in writes)
+                u = self.names.fresh(f"{op.name}.u")
+                self.emit(f"{u} = memref.cast {v} : {memref_type(op.shape, elem)} to {unranked_type(elem)}")
+                operands.append(u)
+                types.append(unranked_type(elem))
+            elif isinstance(op, Array):
+                operands.append(self._array(op))
+                types.append(unranked_type(op.type))
+            else:
+                v = self.names.fresh(op.name)
+                self.emit(f"{v} = arith.constant {literal(op.value, op.type)} : {op.type}")
+                operands.append(v)
+                types.append(op.type)
         self.module.declare(call.symbol, tuple(types))
-        self.emit(f"func.call @{call.symbol}({', '.join(operands)}) : ({', '.join(types)}) -> ()")
+        self.emit(f"func.call @{call.symbol}({', '.join(operands)}) {{o2g.step = {index} : i64}} : "
+                  f"({', '.join(types)}) -> ()")
 
     def _array(self, param: Array) -> str:
         """A constant parameter list as an unranked memref (one global per distinct list)."""
@@ -359,7 +386,7 @@ class _Forward:
 
     def _arg(self, arg: Arg, write: bool) -> tuple[str, str]:
         if arg.tensor is None:
-            return self.constant(None, arg.shape, "i32"), "i32"
+            return self.constant(None, arg.shape, arg.elem), arg.elem
         if write:
             return self.tensor(arg.tensor, arg.shape, write=True), self.elem_of(arg.tensor)
         return self.value(arg.tensor, arg.shape), self.elem_of(arg.tensor)

@@ -1,44 +1,44 @@
-"""The MLIR module's calls into the C runtime: one `func.func private @o2g_rt_<op>` per step kind or CPU op.
+"""The MLIR module's calls into the C runtime, and the C wrappers that receive them (docs/mlir.md).
 
-The ABI (docs/mlir.md): every tensor is passed as an unranked memref (`memref<*xi8>`, `memref<*xf32>`,
-`memref<*xi32>`) in the dense shape listed below, so the callee reads ranks and sizes from the descriptors;
-tensors come first (inputs, then outputs), then the parameters: `i64` or `f32` scalars, and lists whose
-length varies (a permutation) as `memref<*xi64>` / `memref<*xf32>` constants. So one symbol has one type
-whatever the ranks and arities. Every declaration carries `llvm.emit_c_interface`: the C side implements
-`_mlir_ciface_o2g_rt_<op>` (onnx2gemmini/runtime/o2g_mlir_abi.c).
+Two kinds of callee:
+* CPU ops: each call of a step's table entry (cpu/) becomes `func.call @o2g_rt_<function>` with the C
+  function's arguments in order, flattened to what a call carries: a tensor or a list as an unranked
+  memref (`memref<*xi8>`, `memref<*xi32>`, ...), an integer as `i64`, a float as `f32`, a struct as its
+  fields. The C side, `_mlir_ciface_o2g_rt_<function>`, is generated from the same table
+  (`cpu_wrappers`, written to runtime/o2g_mlir_cpu_abi.inc by scripts/gen_mlir_abi.py).
+* Gemmini calls the dialect has no op for (resadd, global average, depthwise conv, convs tile_conv would
+  get wrong): hand-written wrappers in runtime/o2g_mlir_abi.c around gemmini.h's `*_auto` functions.
 
-A step kind or CPU op without an entry here still gets a call (see `generic_call`): its tensors
-(constants too) in their plan shapes, then its parameters in sorted key order, floats as lossless `f64`;
-a string parameter selects the function (`o2g_rt_<op>_<value>`). So a new CpuOp op needs only its runtime
-function (and a Python model in tests/emit/mlir_interp.py).
+Every declaration carries `llvm.emit_c_interface`. A function whose `const void *` argument takes
+several element types gets one symbol per combination (`@o2g_rt_binary_i8_f32`).
 """
 from __future__ import annotations
 
-import dataclasses
-import re
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
+from ..cpu import CCall, CFunction, functions
+from ..cpu.abi import DTYPE_CTYPE, ELEMENTS, Float, In, Int, List, Out, Struct
 from ..errors import UnsupportedError
-from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Plan, Quantize, Resadd, Step
+from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Plan, Resadd, Step
 
 
 @dataclass(frozen=True)
 class Arg:
-    """A memref argument: a plan tensor or constant passed as a dense view with `shape`; `tensor=None`
-    means an all-zero int32 constant (a missing bias)."""
+    """A memref operand: a plan tensor or constant passed as a dense view with `shape`; `tensor=None`
+    means an all-zero constant of `elem` (a missing bias)."""
 
     name: str
     tensor: str | None
     shape: tuple[int, ...]
+    elem: str = "i32"
 
 
 @dataclass(frozen=True)
 class Scalar:
     name: str
-    type: str            # "i64" | "f32" | "f64"
+    type: str            # "i64" | "f32"
     value: int | float
 
 
@@ -47,250 +47,200 @@ class Array:
     """A parameter list passed as a constant `memref<*x{type}>` (its length is the memref's size)."""
 
     name: str
-    type: str            # "i8" | "i64" | "f32" | "f64"
+    type: str            # "i8" | "i32" | "i64" | "f32"
     values: tuple
 
 
 @dataclass(frozen=True)
 class RuntimeCall:
     symbol: str
-    args: tuple[Arg, ...]
-    params: tuple["Scalar | Array", ...]
-
-
-_BUILDERS: dict[str, Callable[[Step, Plan], "RuntimeCall | list[RuntimeCall]"]] = {}
-
-
-def abi(key: str):
-    """Register the call builder of a step kind ("resadd") or a CPU op ("cpu.maxpool")."""
-    def register(fn):
-        if key in _BUILDERS:
-            raise ValueError(f"runtime ABI for {key} registered twice")
-        _BUILDERS[key] = fn
-        return fn
-    return register
+    operands: tuple["Arg | Scalar | Array", ...]
 
 
 def runtime_calls(step: Step, plan: Plan) -> list[RuntimeCall]:
-    key = f"cpu.{step.op}" if isinstance(step, CpuOp) else step.kind
-    calls = _BUILDERS.get(key, generic_call)(step, plan)
-    return calls if isinstance(calls, list) else [calls]
-
-
-def symbol(name: str) -> str:
-    return "o2g_rt_" + (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower() or "op")
-
-
-def _ints(name: str, values) -> list[Scalar]:
-    return [Scalar(f"{name}{i}", "i64", int(v)) for i, v in enumerate(values)]
-
-
-def _number(x) -> bool:
-    return isinstance(x, (bool, int, float, np.integer, np.floating))
-
-
-def _params(items) -> list["Scalar | Array"]:
-    """(name, value) pairs -> parameters: bool/int as i64, float as f64 (lossless), lists as constant
-    arrays (i64, or f64 when any element is a float)."""
-    out = []
-    for name, value in items:
-        if isinstance(value, (list, tuple)) and all(_number(v) for v in value):
-            if all(isinstance(v, (bool, int, np.integer)) for v in value):
-                out.append(Array(name, "i64", tuple(int(v) for v in value)))
-            else:
-                out.append(Array(name, "f64", tuple(float(v) for v in value)))
-        elif isinstance(value, (bool, int, np.integer)):
-            out.append(Scalar(name, "i64", int(value)))
-        elif isinstance(value, (float, np.floating)):
-            out.append(Scalar(name, "f64", float(value)))
-        else:
-            raise UnsupportedError(f"--emit mlir: parameter {name}={value!r} has no runtime ABI type; give the "
-                                   "op an explicit ABI in emit/mlir_runtime.py")
-    return out
-
-
-def _plain(plan: Plan, tid: str, name: str) -> Arg:
-    """A tensor or constant in its own (plan) shape."""
-    shape = plan.constants[tid].shape if tid in plan.constants else plan.tensors[tid].shape
-    return Arg(name, tid, tuple(shape))
-
-
-def generic_call(step: Step, plan: Plan) -> RuntimeCall:
-    """Tensors in plan shapes (reads, then writes); CpuOp params in sorted key order (string values name
-    the function), other steps' numeric fields in declaration order."""
-    args = [_plain(plan, t, f"in{i}") for i, t in enumerate(step.reads())]
-    args += [_plain(plan, t, f"out{i}") for i, t in enumerate(step.writes())]
     if isinstance(step, CpuOp):
-        items = sorted(step.params.items())
-        name = "_".join([step.op] + [str(v) for _, v in items if isinstance(v, str)])
-        params = _params((k, v) for k, v in items if not isinstance(v, str))
-    else:
-        params = _params((f.name, getattr(step, f.name)) for f in dataclasses.fields(step)
-                         if f.name != "node" and _number(getattr(step, f.name)))
-        name = step.kind
-    return RuntimeCall(symbol(name), tuple(args), tuple(params))
+        try:
+            return [cpu_call(call) for call in step.params.calls(plan.call_site(step))]
+        except ValueError as exc:
+            raise UnsupportedError(f"--emit mlir: {step.node}: {exc}") from None
+    builder = _GEMMINI.get(type(step))
+    if builder is None:
+        raise UnsupportedError(f"--emit mlir: no runtime call for {step.kind} step '{step.node}'")
+    return [builder(step)]
 
 
-@abi("quantize")
-def _quantize(step: Quantize, plan: Plan) -> RuntimeCall:
-    return RuntimeCall(symbol("quantize"), (_plain(plan, step.input, "x"), _plain(plan, step.output, "y")),
-                       (Scalar("scale", "f32", step.scale), Scalar("to_nhwc", "i64", int(step.to_nhwc))))
+# --- CPU kernels: calls and wrappers from the table -----------------------------------------------------
+
+def _element(ctype: str) -> str:
+    return ELEMENTS[ctype][1]
 
 
-@abi("resadd")
-def _resadd(step: Resadd, plan: Plan) -> RuntimeCall:
+def _dtype_element(dtype: str) -> str:
+    return _element(DTYPE_CTYPE[dtype])
+
+
+def _kinds(function: CFunction):
+    """(operand name, kind) of each parameter, structs replaced by their fields."""
+    for name, kind in function.params:
+        if isinstance(kind, Struct):
+            yield from ((f"{name}_{field}", k) for field, k in kind.fields)
+        else:
+            yield name, kind
+
+
+def _values(call: CCall):
+    """The call's values in the order of _kinds."""
+    for (name, kind), value in zip(call.function.params, call.args):
+        yield from value if isinstance(kind, Struct) else (value,)
+
+
+def _polymorphic(kind) -> bool:
+    return isinstance(kind, In) and len(kind.ctypes) > 1
+
+
+def symbol(function: CFunction, variant: tuple[str, ...] = ()) -> str:
+    """o2g_rt_<function>, suffixed by the element types of its `const void *` arguments."""
+    return "_".join(("o2g_rt_" + function.name.removeprefix("o2g_"),) + variant)
+
+
+def variants(function: CFunction) -> list[tuple[str, ...]]:
+    """Every combination of element types of the function's `const void *` arguments."""
+    choices = [[_element(c) for c in kind.ctypes] for _, kind in _kinds(function) if _polymorphic(kind)]
+    return [tuple(v) for v in itertools.product(*choices)]
+
+
+def cpu_call(call: CCall) -> RuntimeCall:
+    operands, variant = [], []
+    for (name, kind), value in zip(_kinds(call.function), _values(call)):
+        if isinstance(kind, (In, Out)):
+            operands.append(Arg(name, value.id, tuple(value.shape), _dtype_element(value.dtype)))
+            if _polymorphic(kind):
+                variant.append(_dtype_element(value.dtype))
+        elif isinstance(kind, Int):
+            operands.append(Scalar(name, "i64", int(value)))
+        elif isinstance(kind, Float):
+            operands.append(Scalar(name, "f32", float(value)))
+        elif isinstance(kind, List):
+            operands.append(Array(name, _element(kind.ctype), tuple(value)))
+        else:
+            raise TypeError(f"no MLIR operand for {kind!r}")
+    return RuntimeCall(symbol(call.function, tuple(variant)), tuple(operands))
+
+
+def _c_value(name: str, kind, ctype: str | None = None) -> str:
+    """The C expression a wrapper passes for one (flattened) parameter; `ctype`: the element type this
+    variant gives a `const void *` argument."""
+    if isinstance(kind, In):
+        element = ctype or kind.ctypes[0]
+        pointer = "void" if _polymorphic(kind) else element
+        return f"(const {pointer} *)o2g_rt_data(__func__, {name}, sizeof({element}))"
+    if isinstance(kind, Out):
+        return f"({kind.ctype} *)o2g_rt_data(__func__, {name}, sizeof({kind.ctype}))"
+    if isinstance(kind, List):
+        return f"(const {kind.ctype} *)o2g_rt_data(__func__, {name}, sizeof({kind.ctype}))"
+    if isinstance(kind, Int):
+        return f"({kind.ctype}){name}"
+    return name
+
+
+def _c_param(name: str, kind) -> str:
+    if isinstance(kind, (In, Out, List)):
+        return f"o2g_unranked_memref *{name}"
+    return f"int64_t {name}" if isinstance(kind, Int) else f"float {name}"
+
+
+def _wrapper(function: CFunction, variant: tuple[str, ...]) -> list[str]:
+    sym = symbol(function, variant)
+    ctypes = iter(next(c for c, (_, e) in ELEMENTS.items() if e == v and c != "int") for v in variant)
+
+    def value(name, kind):
+        return _c_value(name, kind, next(ctypes) if _polymorphic(kind) else None)
+    params, args = [], []
+    for name, kind in function.params:
+        if isinstance(kind, Struct):
+            params += [_c_param(f"{name}_{f}", k) for f, k in kind.fields]
+            fields = ", ".join(value(f"{name}_{f}", k) for f, k in kind.fields)
+            args.append(f"&(const struct {kind.ctype}){{{fields}}}")
+        else:
+            params.append(_c_param(name, kind))
+            args.append(value(name, kind))
+    return (_wrap(f"void _mlir_ciface_{sym}(", params, ")", "    ") + ["{"]
+            + _wrap(f"    {function.name}(", args, ");", "        ") + ["}", ""])
+
+
+def _wrap(head: str, items: list[str], tail: str, indent: str, width: int = 110) -> list[str]:
+    """head + items joined by ", " + tail, broken into lines of at most `width` columns where it can."""
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + (", " if i < len(items) - 1 else tail)
+        if len(line) + len(piece) > width and line != head:
+            lines.append(line.rstrip())
+            line = indent
+        line += piece
+    return lines + [line if items else head + tail]
+
+
+def cpu_wrappers() -> str:
+    """runtime/o2g_mlir_cpu_abi.inc: one `_mlir_ciface_` wrapper per CPU-kernel symbol."""
+    lines = ["/*", " * o2g_mlir_cpu_abi.inc: the MLIR ABI of the CPU kernels, generated from onnx2gemmini/cpu/ by",
+             " * scripts/gen_mlir_abi.py -- do not edit. Included by o2g_mlir_abi.c, which defines o2g_rt_data().",
+             " * Each wrapper passes its arguments on to the o2g_runtime.h function of the same name, in order:",
+             " * memrefs as their (dense) data, i64 as the C integer type, structs rebuilt from their fields.", " */",
+             ""]
+    for name in sorted(functions()):
+        function = functions()[name]
+        for variant in variants(function):
+            lines += _wrapper(function, variant)
+    return "\n".join(lines)
+
+
+# --- Gemmini calls without a dialect op: hand-written wrappers in o2g_mlir_abi.c ------------------------
+
+def _resadd(step: Resadd) -> RuntimeCall:
     ij = (step.I, step.J)
-    return RuntimeCall(symbol("resadd"), (Arg("A", step.A, ij), Arg("B", step.B, ij), Arg("C", step.C, ij)),
-                       (Scalar("A_scale", "f32", step.A_scale), Scalar("B_scale", "f32", step.B_scale),
-                        Scalar("C_scale", "f32", step.C_scale), Scalar("relu", "i64", int(step.relu))))
+    return RuntimeCall("o2g_rt_resadd", (Arg("A", step.A, ij, "i8"), Arg("B", step.B, ij, "i8"),
+                                         Arg("C", step.C, ij, "i8"), Scalar("A_scale", "f32", step.A_scale),
+                                         Scalar("B_scale", "f32", step.B_scale),
+                                         Scalar("C_scale", "f32", step.C_scale),
+                                         Scalar("relu", "i64", int(step.relu))))
 
 
-@abi("global_average")
-def _global_average(step: GlobalAverage, plan: Plan) -> RuntimeCall:
-    return RuntimeCall(symbol("global_average"),
-                       (Arg("input", step.input, (step.batches, step.dim, step.dim, step.channels)),
-                        Arg("output", step.output, (step.batches, step.channels))), ())
+def _global_average(step: GlobalAverage) -> RuntimeCall:
+    return RuntimeCall("o2g_rt_global_average",
+                       (Arg("input", step.input, (step.batches, step.dim, step.dim, step.channels), "i8"),
+                        Arg("output", step.output, (step.batches, step.channels), "i8")))
 
 
-@abi("conv")
-def _conv(step: Conv, plan: Plan) -> RuntimeCall:
+def _conv(step: Conv) -> RuntimeCall:
     """A conv the dialect cannot lower correctly, through the C library's tiled_conv_auto."""
     poh, pow_ = step.pool_out_dims
     k2ic = step.kernel_dim * step.kernel_dim * step.in_channels
-    args = (Arg("input", step.input, (step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels)),
-            Arg("weights", step.weights, (k2ic, step.out_channels)),
-            Arg("bias", step.bias, (step.out_channels,)),
-            Arg("output", step.output, (step.batch_size * poh * pow_, step.out_channels)))
-    scalars = [Scalar(n, "i64", getattr(step, n)) for n in
-               ("out_row_dim", "out_col_dim", "stride", "input_dilation", "kernel_dilation", "padding",
-                "kernel_dim", "act")]
-    scalars.append(Scalar("scale", "f32", step.scale))
-    scalars += [Scalar(n, "i64", getattr(step, n)) for n in ("pool_size", "pool_stride", "pool_padding")]
-    return RuntimeCall(symbol("conv"), args, tuple(scalars))
+    operands = [Arg("input", step.input, (step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels), "i8"),
+                Arg("weights", step.weights, (k2ic, step.out_channels), "i8"),
+                Arg("bias", step.bias, (step.out_channels,)),
+                Arg("output", step.output, (step.batch_size * poh * pow_, step.out_channels), "i8")]
+    operands += [Scalar(n, "i64", getattr(step, n)) for n in
+                 ("out_row_dim", "out_col_dim", "stride", "input_dilation", "kernel_dilation", "padding",
+                  "kernel_dim", "act")]
+    operands.append(Scalar("scale", "f32", step.scale))
+    operands += [Scalar(n, "i64", getattr(step, n)) for n in ("pool_size", "pool_stride", "pool_padding")]
+    return RuntimeCall("o2g_rt_conv", tuple(operands))
 
 
-@abi("conv_dw")
-def _conv_dw(step: ConvDw, plan: Plan) -> RuntimeCall:
+def _conv_dw(step: ConvDw) -> RuntimeCall:
     """A depthwise conv: the dialect has no op for it, so the C library's tiled_conv_dw_auto runs it."""
     poh, pow_ = step.pool_out_dims
     n, c, k = step.batch_size, step.channels, step.kernel_dim
-    args = (Arg("input", step.input, (n, step.in_row_dim, step.in_col_dim, c)),
-            Arg("weights", step.weights, (c, k, k)),
-            Arg("bias", step.bias, (c,)),
-            Arg("output", step.output, (n, poh, pow_, c)))
-    scalars = [Scalar(name, "i64", getattr(step, name)) for name in
-               ("out_row_dim", "out_col_dim", "stride", "padding", "kernel_dim", "act")]
-    scalars.append(Scalar("scale", "f32", step.scale))
-    scalars += [Scalar(name, "i64", getattr(step, name)) for name in ("pool_size", "pool_stride", "pool_padding")]
-    return RuntimeCall(symbol("conv_dw"), args, tuple(scalars))
+    operands = [Arg("input", step.input, (n, step.in_row_dim, step.in_col_dim, c), "i8"),
+                Arg("weights", step.weights, (c, k, k), "i8"),
+                Arg("bias", step.bias, (c,)),
+                Arg("output", step.output, (n, poh, pow_, c), "i8")]
+    operands += [Scalar(name, "i64", getattr(step, name)) for name in
+                 ("out_row_dim", "out_col_dim", "stride", "padding", "kernel_dim", "act")]
+    operands.append(Scalar("scale", "f32", step.scale))
+    operands += [Scalar(name, "i64", getattr(step, name)) for name in ("pool_size", "pool_stride", "pool_padding")]
+    return RuntimeCall("o2g_rt_conv_dw", tuple(operands))
 
 
-def _unary(plan: Plan, step: CpuOp) -> tuple[Arg, Arg]:
-    return _plain(plan, step.inputs[0], "x"), _plain(plan, step.outputs[0], "y")
-
-
-def _window(p: dict) -> list[Scalar]:
-    return (_ints("kernel", p["kernel"]) + _ints("stride", p["strides"]) + _ints("pad", p["pads"])
-            + _ints("dilation", p["dilations"]))
-
-
-@abi("cpu.transpose")
-def _transpose(step: CpuOp, plan: Plan) -> RuntimeCall:
-    perm = Array("perm", "i64", tuple(int(v) for v in step.params["perm"]))
-    return RuntimeCall(symbol("transpose"), _unary(plan, step), (perm,))
-
-
-@abi("cpu.concat")
-def _concat(step: CpuOp, plan: Plan) -> list[RuntimeCall]:
-    """One call per input, each copying (and requantizing) it into its slice of the output, so the
-    signature does not depend on the number of inputs."""
-    p, out = step.params, step.outputs[0]
-    axis, calls, offset = int(p["axis"]), [], 0
-    for tid, in_scale in zip(step.inputs, p["in_scales"]):
-        calls.append(RuntimeCall(symbol("concat_into"), (_plain(plan, tid, "x"), _plain(plan, out, "y")),
-                                 (Scalar("axis", "i64", axis), Scalar("offset", "i64", offset),
-                                  Scalar("in_scale", "f32", float(in_scale)),
-                                  Scalar("out_scale", "f32", float(p["out_scale"])))))
-        offset += plan.tensors[tid].shape[axis]
-    return calls
-
-
-@abi("cpu.im2col")
-def _im2col(step: CpuOp, plan: Plan) -> RuntimeCall:
-    p = step.params
-    return RuntimeCall(symbol("im2col"), _unary(plan, step), tuple(_window(p) + _ints("out", p["out"])))
-
-
-@abi("cpu.maxpool")
-def _maxpool(step: CpuOp, plan: Plan) -> RuntimeCall:
-    return RuntimeCall(symbol("maxpool"), _unary(plan, step), tuple(_window(step.params)))
-
-
-@abi("cpu.avgpool")
-def _avgpool(step: CpuOp, plan: Plan) -> RuntimeCall:
-    p = step.params
-    return RuntimeCall(symbol("avgpool"), _unary(plan, step),
-                       tuple(_window(p) + [Scalar("count_include_pad", "i64", int(p.get("count_include_pad", 0)))]))
-
-
-@abi("cpu.clip")
-def _clip(step: CpuOp, plan: Plan) -> RuntimeCall:
-    p = step.params
-    return RuntimeCall(symbol("clip"), _unary(plan, step),
-                       (Scalar("lo", "i64", int(p["lo"])), Scalar("hi", "i64", int(p["hi"]))))
-
-
-@abi("cpu.softmax")
-def _softmax(step: CpuOp, plan: Plan) -> RuntimeCall:
-    p = step.params
-    return RuntimeCall(symbol("softmax"), _unary(plan, step),
-                       (Scalar("axis", "i64", int(p["axis"])), Scalar("in_scale", "f32", float(p["in_scale"])),
-                        Scalar("out_scale", "f32", float(p["out_scale"]))))
-
-
-@abi("cpu.resize_linear")
-def _resize_linear(step: CpuOp, plan: Plan) -> RuntimeCall:
-    """Linear Resize: x, y; the interpolated axes and their per-output-position taps (i64 positions,
-    f32 weights), so the signature is the same whatever the axes and sizes."""
-    p = step.params
-    lists = [Array(k, "i64", tuple(int(v) for v in p[k])) for k in ("axes", "lo", "hi")]
-    lists += [Array(k, "f32", tuple(float(v) for v in p[k])) for k in ("w_lo", "w_hi")]
-    return RuntimeCall(symbol("resize_linear"), _unary(plan, step),
-                       tuple(lists) + (Scalar("in_scale", "f32", float(p["in_scale"])),
-                                       Scalar("out_scale", "f32", float(p["out_scale"]))))
-
-
-@abi("cpu.lut")
-def _lut(step: CpuOp, plan: Plan) -> RuntimeCall:
-    """y = table[x + 128]: the 256-entry int8 table as a constant."""
-    table = Array("table", "i8", tuple(int(v) for v in step.params["table"]))
-    return RuntimeCall(symbol("lut"), _unary(plan, step), (table,))
-
-
-@abi("cpu.binary")
-def _binary(step: CpuOp, plan: Plan) -> RuntimeCall:
-    """An elementwise op with broadcasting, `o2g_rt_binary_<fn>_<kinds>`: kinds say, per operand, q (int8
-    at its scale) or f (a float32 constant, scale 1)."""
-    p = step.params
-    kinds = "".join("f" if t in plan.constants else "q" for t in step.inputs)
-    args = tuple(_plain(plan, t, n) for t, n in zip(step.inputs, "ab")) + (_plain(plan, step.outputs[0], "y"),)
-    scales = [Scalar(f"{n}_scale", "f32", 1.0 if s is None else float(s)) for n, s in zip("ab", p["in_scales"])]
-    return RuntimeCall(symbol(f"binary_{p['fn']}_{kinds}"), args,
-                       tuple(scales) + (Scalar("out_scale", "f32", float(p["out_scale"])),
-                                        Scalar("relu", "i64", int(bool(p.get("relu", False))))))
-
-
-@abi("cpu.dwconv")
-def _dwconv(step: CpuOp, plan: Plan) -> RuntimeCall:
-    """Exact int8 depthwise conv: x NHWC, weights [KH][KW][C*multiplier], bias [C*multiplier] i32 (zeros
-    when absent), y NHWC; the output size is y's."""
-    p = step.params
-    x, w = step.inputs[:2]
-    bias = step.inputs[2] if len(step.inputs) > 2 else None
-    channels = plan.constants[w].shape[-1]
-    args = (_plain(plan, x, "x"), _plain(plan, w, "weights"), Arg("bias", bias, (channels,)),
-            _plain(plan, step.outputs[0], "y"))
-    return RuntimeCall(symbol("dwconv"), args,
-                       tuple(_window(p) + [Scalar("multiplier", "i64", int(p["multiplier"])),
-                                           Scalar("scale", "f32", float(p["scale"])),
-                                           Scalar("relu", "i64", int(bool(p["relu"])))]))
+_GEMMINI: dict[type, Callable[[Step], RuntimeCall]] = {Resadd: _resadd, GlobalAverage: _global_average,
+                                                        Conv: _conv, ConvDw: _conv_dw}

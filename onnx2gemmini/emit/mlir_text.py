@@ -79,15 +79,6 @@ def dense(array: np.ndarray) -> str:
     return f'dense<"0x{a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes().hex().upper()}">'
 
 
-_PRINTABLE = re.compile(r"[^\x20-\x7e]|\\")
-
-
-def comment_text(text: str) -> str:
-    """ASCII-only, one line: backslashes and anything unprintable become escapes, so no name can end a
-    comment line early or smuggle in code."""
-    return _PRINTABLE.sub(lambda m: "\\\\" if m.group() == "\\" else f"\\u{ord(m.group()):04x}", str(text))
-
-
 def shape_tag(shape: tuple[int, ...]) -> str:
     return "x".join(str(int(d)) for d in shape) or "scalar"
 

@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 
-from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
 from ..memory import plan_memory
-from ..tiling import cost_callback
+from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from ..version import __version__
+from .names import markdown
 
 CALLS = {Matmul: "tiled_matmul_auto", Conv: "tiled_conv_auto", ConvDw: "tiled_conv_dw_auto",
          Resadd: "tiled_resadd_auto", GlobalAverage: "tiled_global_average_auto"}
@@ -18,8 +18,6 @@ def call_name(step) -> str:
     """The gemmini.h entry point the C backend emits for this step (explicit tiles: no `_auto`)."""
     if isinstance(step, CpuOp):
         return f"cpu:{step.op}"
-    if isinstance(step, Quantize):
-        return "cpu:quantize"
     name = CALLS[type(step)]
     return name.removesuffix("_auto") if getattr(step, "tiles", None) else name
 
@@ -50,21 +48,22 @@ def step_macs(step, plan: Plan) -> int:
     if isinstance(step, (Matmul, Conv, ConvDw)):
         return step.macs
     if isinstance(step, CpuOp) and step.op == "dwconv":
-        kh, kw = step.params["kernel"]
+        kh, kw = step.params.window.kernel
         return int(np.prod(plan.tensors[step.outputs[0]].shape)) * kh * kw
     return 0
 
 
-def layer_rows(plan: Plan, node_ops: dict[str, str], cost=None) -> list[dict]:
-    """One row per plan step (quantize steps included: they are CPU work too)."""
+def layer_rows(plan: Plan, node_ops: dict[str, str]) -> list[dict]:
+    """One row per plan step (quantize steps included: they are CPU work too), with the cost figures
+    tiling attached to the plan."""
     rows = []
-    for step in plan.steps:
-        is_cpu = isinstance(step, (CpuOp, Quantize))
-        est = cost(step) if cost else {}
+    for i, step in enumerate(plan.steps):
+        est = (plan.costs[i] if plan.costs else None) or {}
+        quantize = isinstance(step, CpuOp) and step.op == "quantize"
         rows.append({
             "name": step.node,
-            "op": node_ops.get(step.node, "QuantizeLinear" if isinstance(step, Quantize) else "output"),
-            "target": "cpu" if is_cpu else "gemmini",
+            "op": node_ops.get(step.node, "QuantizeLinear" if quantize else "output"),
+            "target": step.target,
             "call": call_name(step),
             "macs": step_macs(step, plan),
             "geometry": geometry(step),
@@ -74,8 +73,7 @@ def layer_rows(plan: Plan, node_ops: dict[str, str], cost=None) -> list[dict]:
             "baseline_dram_bytes": est.get("baseline_dram_bytes"),
             "est_cycles": est.get("est_cycles"),
             "utilization": est.get("utilization"),
-            "reason": step.reason if isinstance(step, CpuOp) else
-            ("model inputs arrive as float32" if isinstance(step, Quantize) else ""),
+            "reason": step.reason if isinstance(step, CpuOp) else "",
         })
     return rows
 
@@ -88,7 +86,7 @@ def _sum_or_none(rows, key):
 def build_report(compiled, timing: dict) -> dict:
     plan = compiled.plan
     node_ops = {n.name: n.op_type for n in compiled.graph.nodes}
-    rows = layer_rows(plan, node_ops, cost=cost_callback(plan))
+    rows = layer_rows(plan, node_ops)
     dim = plan.config.dim
     macs = sum(r["macs"] for r in rows)
     macs_gemmini = sum(r["macs"] for r in rows if r["target"] == "gemmini")
@@ -105,7 +103,7 @@ def build_report(compiled, timing: dict) -> dict:
         "model": {
             "path": loaded.path, "sha256": loaded.sha256, "opset": plan.opset,
             "inputs": [{"name": compiled.graph.inputs[i].name, "shape": list(compiled.graph.inputs[i].shape),
-                        "scale": plan.tensors[plan.steps[i].output].scale} for i in range(len(plan.inputs))],
+                        "scale": plan.tensors[plan.steps[i].outputs[0]].scale} for i in range(len(plan.inputs))],
             "outputs": [{"name": plan.tensors[t].onnx_name, "shape": list(plan.tensors[t].onnx_shape),
                          "scale": plan.tensors[t].scale} for t in plan.outputs],
         },
@@ -143,24 +141,23 @@ def _default(value):
 
 def report_markdown(report: dict) -> str:
     m, t = report["model"], report["totals"]
-    lines = [f"# onnx2gemmini report: {m['path']}", "",
+    lines = [f"# onnx2gemmini report: {markdown(m['path'])}", "",
              f"- model sha256: `{m['sha256']}`, opset {m['opset']}",
-             f"- Gemmini config: {report['config']['name']} (DIM {report['config']['dim']})",
+             f"- Gemmini config: {markdown(report['config']['name'])} (DIM {report['config']['dim']})",
              f"- quantization: {report['quantization']['scheme']}; calibration "
              f"{report['quantization']['method']} over {report['quantization']['num_samples']} samples", ""]
     for w in report["warnings"]:
-        lines.append(f"> warning: {w}")
+        lines.append(f"> warning: {markdown(w)}")
     lines += ["", "DRAM bytes are exact for the tiling (bytes moved by mvin/mvout); cycles and utilization are "
               "ESTIMATES of the cost model in docs/cost_model.md, not measurements. `baseline` is what "
               "gemmini.h's own `*_auto` tiling would do.", "",
               "| # | layer | op | target | call | MACs | tiles | DRAM B | baseline DRAM B | est. cycles | est. util. "
               "| reason |", "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---|"]
     for i, r in enumerate(report["layers"]):
-        name = r["name"].replace("|", "\\|")
         tiles = ",".join(str(v) for v in r["tiles"].values()) if r["tiles"] else ""
-        lines.append(f"| {i} | `{name}` | {r['op']} | {r['target']} | {r['call']} | {r['macs']:,} | {tiles} | "
-                     f"{_num(r['dram_bytes'])} | {_num(r['baseline_dram_bytes'])} | {_num(r['est_cycles'])} | "
-                     f"{_pct(r['utilization'])} | {r['reason'].replace('|', '/')} |")
+        lines.append(f"| {i} | {markdown(r['name'])} | {markdown(r['op'])} | {r['target']} | {r['call']} | "
+                     f"{r['macs']:,} | {tiles} | {_num(r['dram_bytes'])} | {_num(r['baseline_dram_bytes'])} | "
+                     f"{_num(r['est_cycles'])} | {_pct(r['utilization'])} | {markdown(r['reason'])} |")
     share = t["macs_on_gemmini"] / t["macs"] if t["macs"] else 1.0
     lines += ["", "## Totals", "",
               f"- MACs: {t['macs']:,} ({share:.1%} on Gemmini); ideal cycles {t['ideal_cycles']:,}",

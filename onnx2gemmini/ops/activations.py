@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from ..numerics import quantize
@@ -42,12 +43,12 @@ FUNCTIONS = {
 SINCE = {"Gelu": 20, "HardSwish": 14}
 
 
-def lookup_table(fn, attrs, s_in: float, s_out: float) -> list[int]:
+def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
     x = np.arange(-128, 128, dtype=np.float32) * np.float32(s_in)
     with np.errstate(over="ignore", invalid="ignore"):
         y = np.asarray(fn(x, attrs), np.float32)
     y = np.nan_to_num(y, nan=0.0, posinf=np.float32(3e38), neginf=np.float32(-3e38))
-    return quantize(y, s_out).astype(int).tolist()
+    return tuple(int(v) for v in quantize(y, s_out))
 
 
 class _LutHandler(Handler):
@@ -58,8 +59,8 @@ class _LutHandler(Handler):
         x = ctx.tensor(node.inputs[0])
         y = ctx.output(node.output, x.shape, x.layout)
         table = lookup_table(FUNCTIONS[node.op_type], dict(node.attrs), x.scale, y.scale)
-        step = CpuOp(node.name, op="lut", inputs=(x.id,), outputs=(y.id,), params={"table": table},
-                     reason=f"{node.op_type}: Gemmini has no such activation; int8 lookup table", tolerance=1)
+        step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Lut(table),
+                     reason=f"{node.op_type}: Gemmini has no such activation; int8 lookup table")
         return Lowered([step], [y])
 
 

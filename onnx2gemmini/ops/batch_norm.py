@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .common import channels_last
@@ -33,9 +34,7 @@ class BatchNormHandler(Handler):
         lowered.constants[a_id], lowered.constants[b_id] = a.astype(np.float32), b.astype(np.float32)
         y = ctx.output(node.output, x.shape, x.layout)
         lowered.tensors.append(y)
-        lowered.steps.append(CpuOp(node.name, op="affine", inputs=(x.id, a_id, b_id), outputs=(y.id,),
-                                   params={"axis": axis, "in_scale": x.scale, "out_scale": y.scale,
-                                           "relu": node.fused.relu},
-                                   reason="batch normalization not after a conv: per-channel affine on the CPU",
-                                   tolerance=1))
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id, a_id, b_id), outputs=(y.id,),
+                                   params=cpu.Affine(axis, x.scale, y.scale, node.fused.relu),
+                                   reason="batch normalization not after a conv: per-channel affine on the CPU"))
         return lowered

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, Tensor
 from .common import to_plain
@@ -39,10 +40,9 @@ def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
     shape = (out_shape[0], out_shape[2], out_shape[3], out_shape[1]) if nhwc else out_shape
     y = ctx.output(node.output, shape, "NHWC" if nhwc else "plain")
     lowered.tensors.append(y)
-    lowered.steps.append(CpuOp(node.name, op="binary", inputs=tuple(operands), outputs=(y.id,),
-                               params={"fn": NAMES[node.op_type], "in_scales": scales, "out_scale": y.scale,
-                                       "relu": node.fused.relu},
-                               reason=reason, tolerance=1))
+    lowered.steps.append(CpuOp(node.name, inputs=tuple(operands), outputs=(y.id,),
+                               params=cpu.Binary(NAMES[node.op_type], tuple(scales), y.scale, node.fused.relu),
+                               reason=reason))
     return lowered
 
 

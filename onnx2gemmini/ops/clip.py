@@ -1,6 +1,7 @@
 """Standalone Relu and Clip (not fused into a Gemmini call): exact int8 clips on the CPU."""
 from __future__ import annotations
 
+from .. import cpu
 from ..graph import NodeView
 from ..numerics import quantize_value
 from ..passes.fuse_activation import clip_bounds
@@ -19,7 +20,7 @@ class _UnaryInt8(Handler):
         x = ctx.tensor(node.inputs[0])
         y = ctx.output(node.output, x.shape, x.layout)
         lo, hi = self.bounds(node, x.scale)
-        step = CpuOp(node.name, op="clip", inputs=(x.id,), outputs=(y.id,), params={"lo": lo, "hi": hi},
+        step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Clip(lo, hi),
                      reason=f"standalone {node.op_type} (not after a Gemmini matmul/conv/resadd)")
         return Lowered([step], [y])
 

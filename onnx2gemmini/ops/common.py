@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import NO_ACTIVATION, RELU, CpuOp, Matmul, Tensor
 from ..numerics import multiplier
@@ -25,8 +26,7 @@ def to_plain(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> 
         return view
     out = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale)
     lowered.tensors.append(out)
-    lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(t.id,), outputs=(out.id,),
-                               params={"perm": [0, 3, 1, 2]},
+    lowered.steps.append(CpuOp(node.name, inputs=(t.id,), outputs=(out.id,), params=cpu.Transpose((0, 3, 1, 2)),
                                reason=f"{node.op_type} reads ONNX (NCHW) order; Gemmini tensors are NHWC"))
     return out
 
@@ -50,8 +50,7 @@ def to_nhwc(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> T
         return view
     out = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC")
     lowered.tensors.append(out)
-    lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(t.id,), outputs=(out.id,),
-                               params={"perm": [0, 2, 3, 1]},
+    lowered.steps.append(CpuOp(node.name, inputs=(t.id,), outputs=(out.id,), params=cpu.Transpose((0, 2, 3, 1)),
                                reason="Gemmini convs read NHWC; this tensor arrives in ONNX order"))
     return out
 
@@ -90,5 +89,5 @@ def copy_range(node_name: str, src: Tensor, dst: Tensor, axis: int, start: int, 
     """A contiguous range of one storage axis of `src` copied into `dst` (same rank), as a remap."""
     maps = [list(range(start, start + dst.shape[a])) if a == axis else list(range(n))
             for a, n in enumerate(src.shape)]
-    return CpuOp(node_name, op="remap", inputs=(src.id,), outputs=(dst.id,),
-                 params={"index": [i for m in maps for i in m], "value": 0}, reason=reason)
+    return CpuOp(node_name, inputs=(src.id,), outputs=(dst.id,), params=cpu.Remap(tuple(i for m in maps for i in m)),
+                 reason=reason)

@@ -3,6 +3,7 @@ copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requ
 After lowering, slices.concat_in_place lets Gemmini producers write their channels in place instead."""
 from __future__ import annotations
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .common import to_nhwc, to_plain
@@ -42,9 +43,8 @@ class ConcatHandler(Handler):
         lowered.tensors.append(y)
         scales = [t.scale for t in sources]
         requant = any(s != y.scale for s in scales)
-        lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(t.id for t in sources), outputs=(y.id,),
-                                   params={"axis": axis, "in_scales": scales, "out_scale": y.scale},
+        lowered.steps.append(CpuOp(node.name, inputs=tuple(t.id for t in sources), outputs=(y.id,),
+                                   params=cpu.Concat(axis, tuple(scales), y.scale),
                                    reason="concatenation is a memory copy" +
-                                   (" with requantization of inputs at another scale" if requant else ""),
-                                   tolerance=1 if requant else 0))
+                                   (" with requantization of inputs at another scale" if requant else "")))
         return lowered

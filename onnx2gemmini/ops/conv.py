@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import NodeView
+from .. import cpu
+from ..graph import FusedPool, NodeView
 from ..plan import Conv, ConvDw, CpuOp, Tensor
 from ..numerics import multiplier
 from ..tiling.dw import cpu_dw_cycles, gemmini_dw_cycles
@@ -142,8 +143,8 @@ class ConvHandler(Handler):
             bias = None if wq.bias is None else wq.bias[start:stop]
             lowered.add(self._lower_depthwise(node, ctx, xs, ys, wq.q[start:stop], bias, s_w, f"_r{k}"))
             parts.append(ys)
-        lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y.id,),
-                                   params={"axis": 3, "in_scales": [y.scale] * len(parts), "out_scale": y.scale},
+        lowered.steps.append(CpuOp(node.name, inputs=tuple(p.id for p in parts), outputs=(y.id,),
+                                   params=cpu.Concat(3, (y.scale,) * len(parts), y.scale),
                                    reason=f"depthwise conv: {len(parts)} runs of channels with their own weight "
                                           "scale joined on channels"))
         return lowered
@@ -180,9 +181,8 @@ class ConvHandler(Handler):
             lowered.add(self._lower_one(node, ctx, inputs[group], part, wq.q[start:stop], bias, s_w, f"_{tag}", g))
             parts.append(part)
         if not in_place:
-            lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y.id,),
-                                       params={"axis": 3, "in_scales": [y.scale] * len(parts),
-                                               "out_scale": y.scale},
+            lowered.steps.append(CpuOp(node.name, inputs=tuple(p.id for p in parts), outputs=(y.id,),
+                                       params=cpu.Concat(3, (y.scale,) * len(parts), y.scale),
                                        reason=f"{len(parts)} runs of output channels (conv groups {groups}, "
                                               f"weight-scale groups {len(scales)}) joined on channels"))
         return lowered
@@ -246,10 +246,8 @@ class ConvHandler(Handler):
             conv_out = ctx.temp(node.name, "unpooled" + suffix, (n, oh, ow, oc), y.scale, layout="NHWC")
             lowered.tensors.append(conv_out)
         inputs = (x.id, w_id) + ((b_id,) if b_id else ())
-        lowered.steps.append(CpuOp(node.name, op="dwconv", inputs=inputs, outputs=(conv_out.id,),
-                                   params={"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"],
-                                           "dilations": g["dilations"], "out": [oh, ow], "multiplier": oc // c,
-                                           "scale": scale, "relu": activation_code(node) == 1},
+        params = cpu.Dwconv(window(g, oh, ow), oc // c, scale, activation_code(node) == 1)
+        lowered.steps.append(CpuOp(node.name, inputs=inputs, outputs=(conv_out.id,), params=params,
                                    reason=f"depthwise conv on the CPU (exact int8): {', '.join(reasons)}"))
         if pool:
             lowered.steps.append(_cpu_maxpool(node, conv_out, y, pool, "after a depthwise conv"))
@@ -287,9 +285,7 @@ class ConvHandler(Handler):
         why = ", ".join(reasons)
         cols = ctx.temp(node.name, "im2col" + suffix, (n * oh * ow, kh * kw * ic), s_in)
         lowered.tensors.append(cols)
-        lowered.steps.append(CpuOp(node.name, op="im2col", inputs=(x.id,), outputs=(cols.id,),
-                                   params={"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"],
-                                           "dilations": g["dilations"], "out": [oh, ow]},
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(cols.id,), params=cpu.Im2col(window(g, oh, ow)),
                                    reason=f"{why}: im2col on the CPU, then a Gemmini matmul"))
         conv_out = y
         if pool:
@@ -307,9 +303,13 @@ class ConvHandler(Handler):
                      for i, size in enumerate((h, w)))
 
 
-def _cpu_maxpool(node, src, dst, pool: dict, why: str) -> CpuOp:
-    return CpuOp(node.name, op="maxpool", inputs=(src.id,), outputs=(dst.id,),
-                 params={"kernel": [pool.size] * 2, "strides": [pool.stride] * 2,
-                         "pads": [pool.padding] * 4, "dilations": [1, 1], "ceil_mode": 0,
-                         "out": list(dst.shape[1:3])},
+def window(g: dict, oh: int, ow: int) -> cpu.Window:
+    """The conv geometry `g` as the window of a CPU kernel with output size oh x ow."""
+    return cpu.Window(tuple(g["kernel"]), tuple(g["strides"]), tuple(g["pads"]), tuple(g["dilations"]), (oh, ow))
+
+
+def _cpu_maxpool(node, src, dst, pool: FusedPool, why: str) -> CpuOp:
+    size, stride, pad = pool.size, pool.stride, pool.padding
+    win = cpu.Window((size, size), (stride, stride), (pad,) * 4, (1, 1), tuple(dst.shape[1:3]))
+    return CpuOp(node.name, inputs=(src.id,), outputs=(dst.id,), params=cpu.Maxpool(win),
                  reason=f"max-pool {why} cannot be fused")

@@ -14,12 +14,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..tolerance import FLOAT_REORDERING, Tolerance
 from ..graph import NodeView
 from .common import to_nhwc
 from .context import LowerContext
 from .conv import ConvHandler, weight_reasons
 from .registry import Handler, Lowered, handler
 from .remap import lower_remap
+
+FLOAT_GOLDEN = Tolerance(1, FLOAT_REORDERING.rate, "onnxruntime's ConvTranspose sums in float32")
 
 _CONV = ConvHandler()  # its lowering pieces, not a second registration
 
@@ -130,11 +133,11 @@ class ConvTransposeHandler(Handler):
         lowered = Lowered()
         x = to_nhwc(node, ctx, ctx.tensor(node.input("X")), lowered)
         maps, g = self.maps(node)
-        # The node's tolerance (1 LSB) rides on this exact step: onnxruntime does not fuse
-        # DQ->ConvTranspose->Q into an integer kernel, so the golden sums in float32.
+        # The node's tolerance rides on this exact step: onnxruntime does not fuse DQ->ConvTranspose->Q
+        # into an integer kernel, so the golden sums in float32.
         up, up_t = lower_remap(node, ctx, x, maps, 0, "ConvTranspose: zero insertion and padding on the CPU, "
                                "so Gemmini runs an ordinary conv (onnxruntime's float ConvTranspose: 1 LSB)",
-                               temp="upsampled", tolerance=1)
+                               temp="upsampled", golden=FLOAT_GOLDEN)
         lowered.add(up)
         out_shape = node.shape(node.output)
         y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")

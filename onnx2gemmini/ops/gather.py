@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .common import to_plain
@@ -27,8 +28,7 @@ class GatherHandler(Handler):
         indices = np.where(indices < 0, indices + x.shape[axis], indices)
         y = ctx.output(node.output, node.shape(node.output))
         lowered.tensors.append(y)
-        lowered.steps.append(CpuOp(node.name, op="gather", inputs=(x.id,), outputs=(y.id,),
-                                   params={"axis": axis, "indices": indices.reshape(-1).tolist(),
-                                           "indices_shape": list(indices.shape)},
+        params = cpu.Gather(axis, tuple(int(i) for i in indices.reshape(-1)), tuple(indices.shape))
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=params,
                                    reason="Gather: an int8 copy"))
         return lowered

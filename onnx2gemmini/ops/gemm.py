@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, Matmul, Tensor
 from ..numerics import multiplier
@@ -148,7 +149,7 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
         parts.append(ci)
     y3 = ctx.temp(node.name, "y_batched", (batches, m, n), y.scale, view_of=y.id)
     lowered.tensors.append(y3)
-    lowered.steps.append(CpuOp(node.name, op="concat", inputs=tuple(p.id for p in parts), outputs=(y3.id,),
-                               params={"axis": 0, "in_scales": [y.scale] * batches, "out_scale": y.scale},
+    lowered.steps.append(CpuOp(node.name, inputs=tuple(p.id for p in parts), outputs=(y3.id,),
+                               params=cpu.Concat(0, (y.scale,) * batches, y.scale),
                                reason="batched matmul: the batches' results joined"))
     return lowered

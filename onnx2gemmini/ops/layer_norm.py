@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .common import to_plain
@@ -30,8 +31,7 @@ class LayerNormHandler(Handler):
         lowered.constants[g_id], lowered.constants[b_id] = np.ascontiguousarray(gamma), np.ascontiguousarray(beta)
         y = ctx.output(node.output, x.shape)
         lowered.tensors.append(y)
-        lowered.steps.append(CpuOp(node.name, op="layernorm", inputs=(x.id, g_id, b_id), outputs=(y.id,),
-                                   params={"axis": axis, "epsilon": float(node.attr("epsilon", 1e-5)),
-                                           "in_scale": x.scale, "out_scale": y.scale},
-                                   reason="layer normalization: float kernel on the CPU", tolerance=1))
+        params = cpu.LayerNorm(axis, float(node.attr("epsilon", 1e-5)), x.scale, y.scale)
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id, g_id, b_id), outputs=(y.id,), params=params,
+                                   reason="layer normalization: float kernel on the CPU"))
         return lowered

@@ -5,6 +5,7 @@ MaxPool and AveragePool that could not be fused are exact int8 kernels on the CP
 """
 from __future__ import annotations
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, GlobalAverage
 from .common import to_nhwc
@@ -12,7 +13,8 @@ from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
 
-def pool_params(node: NodeView) -> dict:
+def pool_window(node: NodeView) -> cpu.Window:
+    """The node's window with auto_pad resolved to explicit pads (output size from shape inference)."""
     a = node.attrs
     kernel = list(a["kernel_shape"])
     nd = len(kernel)
@@ -28,9 +30,7 @@ def pool_params(node: NodeView) -> dict:
                 total = max(0, (y[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - x[2 + i])
                 small, big = total // 2, total - total // 2
                 pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    return {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
-            "ceil_mode": int(a.get("ceil_mode", 0)), "out": list(y[2:]),
-            "count_include_pad": int(a.get("count_include_pad", 0))}
+    return cpu.Window(tuple(kernel), tuple(strides), tuple(pads), tuple(dilations), tuple(y[2:]))
 
 
 def _check_2d(node: NodeView) -> list[str]:
@@ -40,9 +40,10 @@ def _check_2d(node: NodeView) -> list[str]:
 
 class _CpuPool(Handler):
     output_scale = "input"
-    op = ""
     reason = ""
-    tolerance = 0
+
+    def params(self, node: NodeView) -> cpu.CpuKernel:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def check(self, node, ctx):
         reasons = _check_2d(node)
@@ -56,8 +57,8 @@ class _CpuPool(Handler):
         n, c, oh, ow = node.shape(node.output)
         y = ctx.output(node.output, (n, oh, ow, c), "NHWC")
         lowered.tensors.append(y)
-        lowered.steps.append(CpuOp(node.name, op=self.op, inputs=(x.id,), outputs=(y.id,),
-                                   params=pool_params(node), reason=self.reason, tolerance=self.tolerance))
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=self.params(node),
+                                   reason=self.reason))
         return lowered
 
 
@@ -65,23 +66,26 @@ class _CpuPool(Handler):
 class MaxPoolHandler(_CpuPool):
     gemmini = "fused into the preceding tiled_conv_auto when window, stride, padding <= 3 and after ReLU"
     limits = "otherwise an exact int8 max-pool on the CPU"
-    op = "maxpool"
     reason = "max-pool not fusable into a Gemmini conv (no conv before it, window/stride/padding > 3, " \
              "or padded without a ReLU)"
+
+    def params(self, node):
+        return cpu.Maxpool(pool_window(node))
 
 
 @handler("AveragePool", since=1)
 class AveragePoolHandler(_CpuPool):
     gemmini = "tiled_global_average_auto when the window covers a square map without padding"
     limits = "other windows: int8 average on the CPU, round half to even (1 LSB tolerance vs onnxruntime)"
-    op = "avgpool"
     reason = "Gemmini has no windowed average pooling"
-    tolerance = 1
+
+    def params(self, node):
+        return cpu.Avgpool(pool_window(node), int(node.attr("count_include_pad", 0)))
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
-        p = pool_params(node)
+        win = pool_window(node)
         h, w = node.shape(node.input("X"))[2:]
-        if p["kernel"] == [h, w] and h == w and not any(p["pads"]) and p["out"] == [1, 1]:
+        if win.kernel == (h, w) and h == w and not any(win.pads) and win.out == (1, 1):
             return GlobalAveragePoolHandler().lower(node, ctx)  # the whole map: Gemmini's global average
         return super().lower(node, ctx)
 
@@ -104,10 +108,7 @@ class GlobalAveragePoolHandler(Handler):
         if h == w:
             lowered.steps.append(GlobalAverage(node.name, input=x.id, output=y.id, batches=n, channels=c, dim=h))
         else:
-            lowered.steps.append(CpuOp(node.name, op="avgpool", inputs=(x.id,), outputs=(y.id,),
-                                       params={"kernel": [h, w], "strides": [1, 1], "pads": [0, 0, 0, 0],
-                                               "dilations": [1, 1], "ceil_mode": 0, "out": [1, 1],
-                                               "count_include_pad": 0},
-                                       reason=f"non-square feature map {h}x{w}: Gemmini averages square maps",
-                                       tolerance=1))
+            window = cpu.Window((h, w), (1, 1), (0, 0, 0, 0), (1, 1), (1, 1))
+            lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Avgpool(window),
+                                       reason=f"non-square feature map {h}x{w}: Gemmini averages square maps"))
         return lowered

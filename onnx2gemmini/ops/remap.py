@@ -7,8 +7,10 @@ shares the input's scale and equals onnxruntime's bit for bit.
 """
 from __future__ import annotations
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, Tensor
+from ..tolerance import Tolerance
 from .context import LowerContext
 from .registry import Handler, Lowered
 
@@ -16,7 +18,7 @@ NHWC_AXES = (0, 2, 3, 1)
 
 
 def lower_remap(node: NodeView, ctx: LowerContext, x: Tensor, maps: list[list[int]], value: int,
-                reason: str, temp: str | None = None, tolerance: int = 0) -> tuple[Lowered, Tensor]:
+                reason: str, temp: str | None = None, golden: Tolerance | None = None) -> tuple[Lowered, Tensor]:
     """One `remap` step: `maps` per ONNX axis of x; NHWC inputs get NHWC maps and an NHWC output.
 
     The output is the node's output, or with `temp` a node-private buffer (ConvTranspose's input)."""
@@ -27,9 +29,9 @@ def lower_remap(node: NodeView, ctx: LowerContext, x: Tensor, maps: list[list[in
         y = ctx.temp(node.name, temp, shape, x.scale, layout=x.layout)
     else:
         y = ctx.output(node.output, shape, x.layout)
-    index = [int(i) for m in maps for i in m]
-    step = CpuOp(node.name, op="remap", inputs=(x.id,), outputs=(y.id,), params={"index": index, "value": int(value)},
-                 reason=reason, tolerance=tolerance)
+    index = tuple(int(i) for m in maps for i in m)
+    step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Remap(index, int(value)), reason=reason,
+                 golden=golden)
     return Lowered([step], [y]), y
 
 

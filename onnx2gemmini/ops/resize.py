@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .context import LowerContext
@@ -152,11 +153,10 @@ class ResizeHandler(RemapMove):
         tables = linear_tables(shape, out, _scales(node), ct)
         storage = NHWC_AXES if x.layout == "NHWC" else tuple(range(len(shape)))
         y = ctx.output(node.output, tuple(out[a] for a in storage), x.layout)
-        params = {**tables, "axes": [storage.index(a) for a in tables["axes"]], "out_shape": list(y.shape),
-                  "in_scale": x.scale, "out_scale": y.scale}
-        step = CpuOp(node.name, op="resize_linear", inputs=(x.id,), outputs=(y.id,), params=params,
-                     reason="linear Resize: float32 interpolation on the CPU (Gemmini has no resampling)",
-                     tolerance=1)
+        params = cpu.ResizeLinear(tuple(storage.index(a) for a in tables["axes"]), *(tuple(tables[k]) for k in
+                                  ("lo", "hi", "w_lo", "w_hi")), x.scale, y.scale)
+        step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=params,
+                     reason="linear Resize: float32 interpolation on the CPU (Gemmini has no resampling)")
         return Lowered([step], [y])
 
 

@@ -1,6 +1,7 @@
 """Softmax: a float kernel on the CPU (dequantize, softmax, quantize): Gemmini's int8 configs have none."""
 from __future__ import annotations
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .common import to_plain
@@ -20,7 +21,7 @@ class SoftmaxHandler(Handler):
         lowered.tensors.append(y)
         rank = len(x.shape)
         axis = node.attr("axis", -1) % rank
-        lowered.steps.append(CpuOp(node.name, op="softmax", inputs=(x.id,), outputs=(y.id,),
-                                   params={"axis": axis, "in_scale": x.scale, "out_scale": y.scale},
-                                   reason="Gemmini's int8 configs have no softmax unit", tolerance=1))
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(y.id,),
+                                   params=cpu.Softmax(axis, x.scale, y.scale),
+                                   reason="Gemmini's int8 configs have no softmax unit"))
         return lowered

@@ -1,6 +1,7 @@
 """Transpose: an exact int8 move on the CPU."""
 from __future__ import annotations
 
+from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp
 from .common import to_plain
@@ -18,9 +19,9 @@ class TransposeHandler(Handler):
         lowered = Lowered()
         x = to_plain(node, ctx, ctx.tensor(node.inputs[0]), lowered)
         rank = len(x.shape)
-        perm = list(node.attr("perm") or reversed(range(rank)))
+        perm = tuple(node.attr("perm") or reversed(range(rank)))
         y = ctx.output(node.output, node.shape(node.output))
         lowered.tensors.append(y)
-        lowered.steps.append(CpuOp(node.name, op="transpose", inputs=(x.id,), outputs=(y.id,),
-                                   params={"perm": perm}, reason="ONNX Transpose: an int8 move"))
+        lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Transpose(perm),
+                                   reason="ONNX Transpose: an int8 move"))
         return lowered

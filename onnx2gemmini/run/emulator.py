@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Quantize, Resadd
-from ..numerics import quantize
+from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from . import kernels
 
 
@@ -62,9 +61,6 @@ class Emulator:
     def _execute(self, step, buffers):
         get = lambda tid: self.get(buffers, tid)  # noqa: E731
         consts = self.plan.constants
-        if isinstance(step, Quantize):
-            q = quantize(get(step.input), step.scale)
-            return [q.transpose(0, 2, 3, 1) if step.to_nhwc else q]
         if isinstance(step, Matmul):
             a = get(step.A).reshape(step.I, step.K)
             d = consts[step.D] if step.D else None
@@ -93,50 +89,9 @@ class Emulator:
             x = get(step.input).reshape(step.batches, step.dim, step.dim, step.channels)
             return [kernels.global_average(x)]
         if isinstance(step, CpuOp):
-            return [self._cpu(step, [get(t) for t in step.inputs])]
+            return step.params.run([get(t) for t in step.inputs],
+                                   [self.plan.tensors[t].shape for t in step.outputs])
         raise TypeError(f"unknown step {type(step).__name__}")
-
-    def _cpu(self, step: CpuOp, args: list[np.ndarray]) -> np.ndarray:
-        p, x = step.params, args[0]
-        if step.op == "transpose":
-            return np.ascontiguousarray(x.transpose(p["perm"]))
-        if step.op == "im2col":
-            return kernels.im2col(x, p["kernel"], p["strides"], p["pads"], p["dilations"], p["out"])
-        if step.op == "maxpool":
-            out = p.get("out") or self.plan.tensors[step.outputs[0]].shape[1:3]
-            return kernels.maxpool(x, p["kernel"], p["strides"], p["pads"], p["dilations"], out)
-        if step.op == "avgpool":
-            return kernels.avgpool(x, p["kernel"], p["strides"], p["pads"], p["dilations"], p["out"],
-                                   p.get("count_include_pad", 0))
-        if step.op == "clip":
-            return np.clip(x, p["lo"], p["hi"]).astype(np.int8)
-        if step.op == "gather":
-            idx = np.asarray(p["indices"], np.int64).reshape(p["indices_shape"])
-            return np.take(x, idx, axis=p["axis"])
-        if step.op == "layernorm":
-            return kernels.layernorm(x, args[1], args[2], p["axis"], p["epsilon"], p["in_scale"], p["out_scale"])
-        if step.op == "remap":
-            return kernels.remap(x, p["index"], self.plan.tensors[step.outputs[0]].shape, p["value"])
-        if step.op == "dwconv":
-            bias = args[2] if len(args) > 2 else None
-            return kernels.depthwise_conv(x, args[1], bias, p["kernel"], p["strides"], p["pads"], p["dilations"],
-                                          p["out"], p["multiplier"], p["scale"], p["relu"])
-        if step.op == "affine":
-            return kernels.affine(x, args[1], args[2], p["axis"], p["in_scale"], p["out_scale"], p.get("relu", False))
-        if step.op == "lrn":
-            return kernels.lrn(x, p["axis"], p["size"], p["alpha"], p["beta"], p["bias"], p["in_scale"],
-                               p["out_scale"])
-        if step.op == "lut":
-            return np.asarray(p["table"], np.int8)[x.astype(np.int16) + 128]
-        if step.op == "binary":
-            return kernels.binary(p["fn"], args, p["in_scales"], p["out_scale"], p.get("relu", False))
-        if step.op == "concat":
-            return kernels.concat(args, p["axis"], p["in_scales"], p["out_scale"])
-        if step.op == "resize_linear":
-            return kernels.resize_linear(x, p)
-        if step.op == "softmax":
-            return kernels.softmax(x, p["axis"], p["in_scale"], p["out_scale"])
-        raise TypeError(f"unknown CPU op {step.op}")
 
 
 def dequantize(plan: Plan, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

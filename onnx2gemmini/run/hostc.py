@@ -51,7 +51,8 @@ def build(c_dir: "str | Path", targets: tuple[str, ...] = ("model",), jobs: int 
         raise ToolMissing(f"cannot build the C program: C compiler '{cc}' not found (set CC or install gcc)")
     if not (c_dir / "Makefile").is_file():
         raise BuildFailed(f"{c_dir}: no Makefile (was the C back end emitted there?)")
-    cmd = ["make", "-C", str(c_dir), f"-j{jobs}", *targets] + [f"{k}={v}" for k, v in (make_vars or {}).items()]
+    make_vars = {"CC": cc, **(make_vars or {})}
+    cmd = ["make", "-C", str(c_dir), f"-j{jobs}", *targets] + [f"{k}={v}" for k, v in make_vars.items()]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

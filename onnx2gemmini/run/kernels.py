@@ -144,35 +144,29 @@ def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
     return quantize(p, out_scale)
 
 
-def resize_linear(x: np.ndarray, p: dict) -> np.ndarray:
-    """Linear Resize on int8: dequantize, interpolate as onnxruntime does in float32, QuantizeLinear."""
-    f = x.astype(np.float32) * np.float32(p["in_scale"])
-    return quantize(linear_interpolate(f, p), p["out_scale"])
-
-
-def linear_interpolate(f: np.ndarray, p: dict) -> np.ndarray:
+def linear_interpolate(f: np.ndarray, axes, lo, hi, w_lo, w_hi, out_shape) -> np.ndarray:
     """onnxruntime's bilinear/trilinear kernels on float32 data, bit for bit.
 
-    p["axes"] lists the interpolated axes of `f`, outermost first in ONNX order; for each, `lo`/`hi`
-    (source positions) and `w_lo`/`w_hi` (their float32 weights) hold one entry per output position
-    (p["out_shape"]), tables concatenated in `axes` order. Each output is the sum over the 2^k corners,
-    the innermost axis varying fastest, of (w_inner * .. * w_outer) * value, added left to right."""
-    out_shape = tuple(p["out_shape"])
+    `axes` lists the interpolated axes of `f`, outermost first in ONNX order; for each, `lo`/`hi` (source
+    positions) and `w_lo`/`w_hi` (their float32 weights) hold one entry per output position of that axis
+    (`out_shape`), tables concatenated in `axes` order. Each output is the sum over the 2^k corners, the
+    innermost axis varying fastest, of (w_inner * .. * w_outer) * value, added left to right."""
+    out_shape = tuple(out_shape)
     taps, at = [], 0
-    for a in p["axes"]:
+    for a in axes:
         n = out_shape[a]
-        lo, hi = (np.asarray(p[k][at:at + n], np.int64) for k in ("lo", "hi"))
-        w_lo, w_hi = (_along(np.asarray(p[k][at:at + n], np.float32), f.ndim, a) for k in ("w_lo", "w_hi"))
-        taps.append((a, lo, hi, w_lo, w_hi))
+        lo_a, hi_a = (np.asarray(t[at:at + n], np.int64) for t in (lo, hi))
+        wl, wh = (_along(np.asarray(t[at:at + n], np.float32), f.ndim, a) for t in (w_lo, w_hi))
+        taps.append((a, lo_a, hi_a, wl, wh))
         at += n
     total = None
     for corner in range(1 << len(taps)):
         index = [np.arange(n) for n in out_shape]  # the other axes keep their size
         w = np.float32(1)
-        for bit, (a, lo, hi, w_lo, w_hi) in enumerate(reversed(taps)):
+        for bit, (a, lo_a, hi_a, wl, wh) in enumerate(reversed(taps)):
             high = (corner >> bit) & 1
-            index[a] = hi if high else lo
-            w = w * (w_hi if high else w_lo)
+            index[a] = hi_a if high else lo_a
+            w = w * (wh if high else wl)
         term = w * f[np.ix_(*index)]
         total = term if total is None else total + term
     return total.astype(np.float32)

@@ -17,8 +17,6 @@ for matmuls; batches/porows/pocols/pochs/krows/kcols/kchs (elements; pooled rows
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
-
 from ..plan import Conv, ConvDw, GlobalAverage, Matmul, Plan, Resadd
 from .baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
                               baseline_resadd_tiles)
@@ -31,7 +29,7 @@ from .search import choose_conv_tiles, choose_matmul_tiles
 __all__ = [
     "ConvGeometry", "apply_tiles", "baseline_conv_tiles", "baseline_global_average_tile",
     "baseline_matmul_tiles", "baseline_resadd_tiles", "baseline_tiles", "choose_conv_tiles",
-    "choose_matmul_tiles", "choose_tiles", "conv_fits", "conv_rows", "cost", "cost_callback",
+    "choose_matmul_tiles", "choose_tiles", "attach_costs", "conv_fits", "conv_rows", "cost",
     "matmul_fits", "matmul_rows", "plan_costs", "step_costs",
 ]
 
@@ -110,10 +108,9 @@ def plan_costs(plan: Plan) -> list[dict | None]:
     return [step_costs(step, plan.config) for step in plan.steps]
 
 
-def cost_callback(plan_or_config) -> Callable[[object], dict]:
-    """A `cost=` callback for emit.report.layer_rows: step -> step_costs dict ({} for CPU steps)."""
-    config = getattr(plan_or_config, "config", plan_or_config)
-    return lambda step: step_costs(step, config) or {}
+def attach_costs(plan: Plan) -> Plan:
+    """The plan with every step's cost figures (Plan.costs), which the report prints as they are."""
+    return dataclasses.replace(plan, costs=tuple(plan_costs(plan)))
 
 
 def apply_tiles(plan: Plan, config=None) -> Plan:

@@ -6,8 +6,11 @@ operations are then walked generically (op.name, operands, attributes) and execu
 * `gemmini.tile_matmul` / `gemmini.tile_conv` with the semantics buddy-mlir's lowering gives them
   (spec/buddy-mlir.md §1.3: shapes read from the memrefs, bias always loaded, row 0 of D when
   `repeatingBias`), computed by onnx2gemmini.run.kernels (spec/gemmini.md §2);
-* `func.call @o2g_rt_*`: Python models of the C runtime ABI (docs/mlir.md), written here from the ABI
-  rather than imported from the emitter, so the test checks the emitter against an independent reading;
+* `func.call @o2g_rt_*` of a CPU kernel: the plan step it belongs to (its `o2g.step` attribute) is run
+  with the CPU-kernel table's NumPy semantics (cpu/), after checking that the call passes exactly the
+  arguments the table prescribes (symbol, scalars, lists, memref shapes and element types); the Gemmini
+  calls without a dialect op run Python models of gemmini.h's functions; `@o2g_rt_check` (emit_mlir's
+  check_steps) hands a step's output to the test's `check` callback;
 * memref.alloc / dealloc / get_global / reshape / cast / copy / collapse_shape / expand_shape, arith.constant.
 
 Buffers are numpy arrays; views share memory, so a reshape that would not alias in the lowered code
@@ -25,7 +28,7 @@ import numpy as np
 from torch_mlir import ir
 
 from onnx2gemmini import numerics
-from onnx2gemmini.numerics import quantize as quantize_array
+from onnx2gemmini.emit.mlir_runtime import Arg, Array, cpu_call
 from onnx2gemmini.run import kernels
 
 GARBAGE = 0x5B  # fills fresh allocations: a buffer read before it is written shows up as a mismatch
@@ -241,8 +244,12 @@ def _root(a: np.ndarray) -> np.ndarray:
 
 
 class Interpreter:
-    def __init__(self, module: ir.Module):
-        self.module = module
+    """Runs a module emitted for `plan` (the densified plan emit_mlir printed); `check(k, array)` receives
+    the tensor of every `@o2g_rt_check` hook."""
+
+    def __init__(self, module: ir.Module, plan, check=None):
+        self.module, self.plan, self.check = module, plan, check
+        self.pending: dict[int, list] = {}   # step index -> the calls seen so far (operands)
         self.globals = {}
         for op in module.body.operations:
             if op.operation.name == "memref.global":
@@ -314,14 +321,56 @@ class Interpreter:
             tile_conv(op, *args)
         elif name == "func.call":
             callee = op.attributes["callee"].value
-            if callee not in RUNTIME:
+            if callee in GEMMINI_CALLS:
+                GEMMINI_CALLS[callee](*args)
+            elif callee == "o2g_rt_check":
+                if self.check is not None:
+                    self.check(int(args[0]), args[1])
+            elif "o2g.step" in op.attributes:
+                self.cpu_call(callee, int(attr_value(op.attributes["o2g.step"])[0]), args)
+            else:
                 raise InterpError(f"no model of runtime function @{callee}")
-            RUNTIME[callee](*args)
         elif name == "func.return":
             return "return"
         else:
             raise InterpError(f"cannot interpret {name}")
         return None
+
+
+    def cpu_call(self, callee: str, index: int, args: list) -> None:
+        """One call of step `index`'s CPU kernel: the arguments must be what the table prescribes; after
+        the step's last call, its outputs are computed by the table's NumPy kernel from the memrefs the
+        calls passed."""
+        step = self.plan.steps[index]
+        want = [cpu_call(c) for c in step.params.calls(self.plan.call_site(step))]
+        seen = self.pending.setdefault(index, [])
+        if len(seen) >= len(want):
+            raise InterpError(f"step {index} ({step.op}): more calls than its kernel makes")
+        expected = want[len(seen)]
+        if callee != expected.symbol or len(args) != len(expected.operands):
+            raise InterpError(f"step {index}: @{callee} with {len(args)} operands, expected @{expected.symbol} "
+                              f"with {len(expected.operands)}")
+        buffers = {}
+        for operand, value in zip(expected.operands, args):
+            if isinstance(operand, Arg):
+                if value.shape != tuple(operand.shape) or value.dtype != DTYPES[operand.elem]:
+                    raise InterpError(f"step {index}: {operand.name} is {value.dtype}{list(value.shape)}, expected "
+                                      f"{operand.elem}{list(operand.shape)}")
+                if operand.tensor is not None:
+                    buffers[operand.tensor] = value
+            elif isinstance(operand, Array):
+                if not np.array_equal(np.asarray(value).reshape(-1), np.asarray(operand.values, value.dtype)):
+                    raise InterpError(f"step {index}: list {operand.name} differs from the table's")
+            elif (int(value) != operand.value if operand.type == "i64" else
+                  np.float32(value) != np.float32(operand.value)):
+                raise InterpError(f"step {index}: {operand.name} = {value}, expected {operand.value}")
+        seen.append(buffers)
+        if len(seen) < len(want):
+            return
+        tensors = {k: v for call in self.pending.pop(index) for k, v in call.items()}
+        outputs = step.params.run([tensors[t] for t in step.inputs], [tensors[t].shape for t in step.outputs])
+        for tid, value in zip(step.outputs, outputs):
+            tensors[tid][...] = np.asarray(value).reshape(tensors[tid].shape)
 
 
 def tile_matmul(op, a, b, c, d):
@@ -344,41 +393,8 @@ def tile_conv(op, x, w, bias, y, orow, ocol, k):
     y[...] = out.reshape(y.shape)
 
 
-# --- models of the C runtime ABI (docs/mlir.md) -----------------------------------------------------
-
-def _quantize(x, y, scale, to_nhwc):
-    q = quantize_array(x, scale)
-    y[...] = (q.transpose(0, 2, 3, 1) if to_nhwc else q).reshape(y.shape)
-
-
-def _transpose(x, y, perm):
-    y[...] = x.transpose(tuple(int(v) for v in perm))
-
-
-def _concat_into(x, y, axis, offset, in_scale, out_scale):
-    index = (slice(None),) * axis + (slice(offset, offset + x.shape[axis]),)
-    y[index] = numerics.requantize(x, in_scale, out_scale)
-
-
-def _im2col(x, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, oh, ow):
-    y[...] = kernels.im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw), (oh, ow))
-
-
-def _maxpool(x, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw):
-    y[...] = kernels.maxpool(x, (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw), y.shape[1:3])
-
-
-def _avgpool(x, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, count_include_pad):
-    y[...] = kernels.avgpool(x, (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw), y.shape[1:3], count_include_pad)
-
-
-def _clip(x, y, lo, hi):
-    y[...] = np.clip(x, lo, hi)
-
-
-def _softmax(x, y, axis, in_scale, out_scale):
-    y[...] = kernels.softmax(x, axis, in_scale, out_scale)
-
+# --- the runtime calls ----------------------------------------------------------------------------------
+# Gemmini calls without a dialect op: models of the hand-written wrappers (gemmini.h's *_auto functions).
 
 def _resadd(a, b, c, a_scale, b_scale, c_scale, relu):
     if not a.ndim == b.ndim == c.ndim == 2:
@@ -408,54 +424,5 @@ def _conv_dw(x, w, bias, y, orow, ocol, stride, padding, k, act, scale, pool_siz
     y[...] = out.reshape(y.shape)
 
 
-def _lut(x, y, table):
-    y[...] = np.asarray(table, np.int8)[x.astype(np.int16) + 128]
-
-
-def _binary(fn):
-    def run(a, b, y, a_scale, b_scale, out_scale, relu):
-        scales = [s if v.dtype == np.int8 else None for v, s in ((a, a_scale), (b, b_scale))]
-        y[...] = kernels.binary(fn, [a, b], scales, out_scale, bool(relu))
-    return run
-
-
-def _dwconv(x, w, bias, y, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, multiplier, scale, relu):
-    y[...] = kernels.depthwise_conv(x, w, bias, (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw), y.shape[1:3],
-                                    multiplier, scale, bool(relu))
-
-
-def _resize_linear(x, y, axes, lo, hi, w_lo, w_hi, in_scale, out_scale):
-    params = {"axes": [int(a) for a in axes], "out_shape": list(y.shape), "lo": list(lo), "hi": list(hi),
-              "w_lo": list(w_lo), "w_hi": list(w_hi), "in_scale": in_scale, "out_scale": out_scale}
-    y[...] = kernels.resize_linear(x, params)
-
-
-# generic calls: tensors, then the CpuOp params in sorted key order (floats as f64)
-def _affine(x, mul, add, y, axis, in_scale, out_scale, relu):
-    y[...] = kernels.affine(x, mul, add, axis, in_scale, out_scale, bool(relu))
-
-
-def _lrn(x, y, alpha, axis, beta, bias, in_scale, out_scale, size):
-    y[...] = kernels.lrn(x, axis, size, alpha, beta, bias, in_scale, out_scale)
-
-
-def _gather(x, y, axis, indices, indices_shape):
-    y[...] = np.take(x, np.asarray(indices, np.int64).reshape(tuple(int(d) for d in indices_shape)), axis=axis)
-
-
-def _layernorm(x, gamma, beta, y, axis, epsilon, in_scale, out_scale):
-    y[...] = kernels.layernorm(x, gamma, beta, axis, epsilon, in_scale, out_scale)
-
-
-def _remap(x, y, index, value):
-    y[...] = kernels.remap(x, [int(i) for i in index], y.shape, value)
-
-
-RUNTIME = {"o2g_rt_resize_linear": _resize_linear,
-           "o2g_rt_remap": _remap, "o2g_rt_lut": _lut, "o2g_rt_dwconv": _dwconv, "o2g_rt_affine": _affine, "o2g_rt_lrn": _lrn,
-           "o2g_rt_gather": _gather, "o2g_rt_layernorm": _layernorm,
-           **{f"o2g_rt_binary_{fn}_{kinds}": _binary(fn) for fn in kernels.BINARY for kinds in ("qq", "qf", "fq")},
-           "o2g_rt_quantize": _quantize, "o2g_rt_transpose": _transpose, "o2g_rt_concat_into": _concat_into, "o2g_rt_im2col": _im2col,
-           "o2g_rt_maxpool": _maxpool, "o2g_rt_avgpool": _avgpool, "o2g_rt_clip": _clip,
-           "o2g_rt_softmax": _softmax, "o2g_rt_resadd": _resadd, "o2g_rt_global_average": _global_average,
-           "o2g_rt_conv": _conv, "o2g_rt_conv_dw": _conv_dw}
+GEMMINI_CALLS = {"o2g_rt_resadd": _resadd, "o2g_rt_global_average": _global_average, "o2g_rt_conv": _conv,
+                 "o2g_rt_conv_dw": _conv_dw}

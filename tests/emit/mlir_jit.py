@@ -24,7 +24,7 @@ from torch_mlir.runtime import get_ranked_memref_descriptor
 
 HERE = Path(__file__).resolve().parent
 RUNTIME = HERE.parent.parent / "onnx2gemmini" / "runtime"
-SOURCES = [RUNTIME / "o2g_mlir_abi.c", RUNTIME / "o2g_runtime.c", HERE / "host_tile_ops.c"]
+SOURCES = [RUNTIME / "o2g_mlir_abi.c", RUNTIME / "o2g_runtime.c", HERE / "host_tile_ops.c", HERE / "host_checks.c"]
 CC = os.environ.get("CC", "cc")
 CFLAGS = ["-std=gnu99", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME / 'host'}", f"-I{RUNTIME}"]
 PIPELINE = ("builtin.module(finalize-memref-to-llvm,convert-func-to-llvm,convert-arith-to-llvm,"
@@ -104,31 +104,44 @@ def lower(text: str) -> ir.Module:
 
 class Jit:
     """@forward compiled once; each call passes float inputs and int8 out-parameters through its C
-    interface (`_mlir_ciface_forward`)."""
+    interface (`_mlir_ciface_forward`). With `expected` (one int8 array per @o2g_rt_check hook of a module
+    emitted with check_steps), a call also returns per hook (values differing, largest difference, reached)."""
 
     def __init__(self, text: str, lib: Path, output_shapes: list[tuple]):
         self.engine = ExecutionEngine(lower(text), opt_level=2, shared_libs=[str(lib)])
+        self.lib = ctypes.CDLL(str(lib))
         self.output_shapes = output_shapes
 
-    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def __call__(self, inputs: list[np.ndarray], expected: list[np.ndarray] | None = None):
         results = [np.full(shape, 0x5B, np.int8) for shape in self.output_shapes]
         arrays = [np.ascontiguousarray(x, np.float32) for x in inputs] + results
         args = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in arrays]
+        expected = [np.ascontiguousarray(e, np.int8).reshape(-1) for e in expected or []]
+        self.lib.o2g_test_set_checks(ctypes.c_int64(len(expected)))
+        for k, e in enumerate(expected):
+            self.lib.o2g_test_set_check(ctypes.c_int64(k), e.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(e.size))
         self.engine.invoke("forward", *args)
-        return results
+        checks = []
+        for k in range(len(expected)):
+            differing, largest, done = ctypes.c_int64(), ctypes.c_int(), ctypes.c_int()
+            self.lib.o2g_test_check_result(ctypes.c_int64(k), ctypes.byref(differing), ctypes.byref(largest),
+                                           ctypes.byref(done))
+            checks.append((differing.value, largest.value, bool(done.value)))
+        return (results, checks) if expected else results
 
 
 def run_isolated(text: str, lib: Path, output_shapes: list[tuple], samples: list[list[np.ndarray]],
-                 timeout: float = 300) -> list[list[np.ndarray]]:
-    """Jit(...) over `samples` in a forked child: the C adapter exits the process on a bad call, which
-    must fail one test, not end the test run. The child's stdout is the error message."""
+                 timeout: float = 300, expected: list[list[np.ndarray]] | None = None) -> list:
+    """Jit(...) over `samples` (with each sample's `expected` check values, see Jit) in a forked child: the C
+    adapter exits the process on a bad call, which must fail one test, not end the test run. The child's
+    stdout is the error message."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     with tempfile.TemporaryFile() as log:
         def child():
             os.dup2(log.fileno(), 1)
             jit = Jit(text, lib, output_shapes)
-            send.send([jit(inputs) for inputs in samples])
+            send.send([jit(inputs, expected[i] if expected else None) for i, inputs in enumerate(samples)])
 
         process = context.Process(target=child)
         process.start()

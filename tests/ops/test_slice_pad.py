@@ -88,7 +88,7 @@ def test_pad_value_is_quantized_to_the_input_scale():
     compiled = assert_exact_move(pad_model((1, 3, 4, 5), [0, 0, 1, 1, 0, 0, 1, 1], value=0.5))
     step = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "remap")
     x = compiled.plan.tensors[step.inputs[0]]
-    assert step.params["value"] == int(np.rint(np.float32(0.5) / np.float32(x.scale)))
+    assert step.params.value == int(np.rint(np.float32(0.5) / np.float32(x.scale)))
 
 
 @given(h=st.integers(2, 7), w=st.integers(2, 7), p=st.lists(st.integers(0, 3), min_size=4, max_size=4),

@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 import onnx2gemmini as o2g
-from onnx2gemmini.emit import writer
+from onnx2gemmini import outdir, output
 from tests.reliability.common import REPO, assert_one_error, conv_model, leftovers, save, tree_bytes
 
 
@@ -129,18 +129,18 @@ def test_a_failed_write_keeps_the_old_tree(project, monkeypatch):
     def fail(report):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "report_json", fail)
+    monkeypatch.setattr(output, "report_json", fail)
     with pytest.raises(o2g.OutputError, match="No space left"):
         compiled.write(out, force=True)
     assert tree_bytes(out) == {"keep.txt": b"old"} and leftovers(project, "out") == [out]
 
 
 def _staging(parent: Path, name: str, owner: "dict | None") -> Path:
-    folder = parent / f".{name}{writer.STAGING_TAG}{os.urandom(4).hex()}"
+    folder = parent / f".{name}{outdir.STAGING_TAG}{os.urandom(4).hex()}"
     (folder / "tree").mkdir(parents=True)
     (folder / "tree" / "partial.c").write_text("/* half")
     if owner is not None:
-        (folder / writer.MARKER).write_text(json.dumps({"tool": "onnx2gemmini", **owner}))
+        (folder / outdir.MARKER).write_text(json.dumps({"tool": "onnx2gemmini", **owner}))
     return folder
 
 
@@ -168,7 +168,7 @@ KILLER = r"""
 import os, signal, sys
 from pathlib import Path
 import onnx2gemmini.emit.c as c
-import onnx2gemmini.emit.writer as w
+import onnx2gemmini.outdir as w
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -249,14 +249,14 @@ def test_sigkill_during_force_leaves_a_complete_tree(cli, tmp_path, monkeypatch,
     proc = _run_killer(tmp_path, point)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     stale = [p for p in leftovers(tmp_path, "out") if p != out]
-    assert len(stale) == 1 and (stale[0] / writer.MARKER).exists()
+    assert len(stale) == 1 and (stale[0] / outdir.MARKER).exists()
     if survivor == "old":
         assert tree_bytes(out) == old_tree
     elif survivor == "new":
         assert _normalized(tree_bytes(out)) == new_tree
     else:  # the fallback's one window: OUT is missing until the next run puts the old tree back
         assert not out.exists()
-        assert writer.clean_stale(out) == stale
+        assert outdir.clean_stale(out) == stale
         assert tree_bytes(out) == old_tree
     # the next run removes the stale folder and replaces OUT as asked
     monkeypatch.chdir(tmp_path)

@@ -1,6 +1,7 @@
 """run/hostc.py: build and run the emitted program; every failure is one readable O2GError."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,9 +12,12 @@ import onnx2gemmini as o2g
 from onnx2gemmini.emit.c import write_c
 from onnx2gemmini.errors import O2GError
 from onnx2gemmini.run import hostc
+from onnx2gemmini.run.selftest import selftest_case
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_cc = pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="needs make and cc")
+CC = os.environ.get("CC", "cc")
+needs_cc = pytest.mark.skipif(shutil.which("make") is None or shutil.which(CC) is None,
+                              reason="needs make and a C compiler")
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +27,9 @@ def digits():
 
 @pytest.fixture(scope="module")
 def built(digits, tmp_path_factory):
-    if shutil.which("make") is None or shutil.which("cc") is None:
-        pytest.skip("needs make and cc")
-    return hostc.build(write_c(digits, tmp_path_factory.mktemp("hostc") / "c"))
+    if shutil.which("make") is None or shutil.which(CC) is None:
+        pytest.skip("needs make and a C compiler")
+    return hostc.build(write_c(digits.plan, tmp_path_factory.mktemp("hostc") / "c", *selftest_case(digits.plan)))
 
 
 def sample():
@@ -54,7 +58,7 @@ def test_missing_compiler_is_named(monkeypatch, tmp_path):
 
 @needs_cc
 def test_build_failure_carries_the_compiler_message(digits, tmp_path):
-    c_dir = write_c(digits, tmp_path / "c")
+    c_dir = write_c(digits.plan, tmp_path / "c", *selftest_case(digits.plan))
     (c_dir / "model.c").write_text((c_dir / "model.c").read_text() + "\nthis is not C;\n")
     with pytest.raises(hostc.BuildFailed, match="make model failed: .*model.c"):
         hostc.build(c_dir)

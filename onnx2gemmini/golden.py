@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import Graph, Node, topological
-from ..ops.registry import lookup
-from ..quantize import QuantTable
+from .graph import Graph, Node, topological
+from .ops.registry import lookup
+from .quantize import QuantTable
 
 QDQ_OPSET = 13
 

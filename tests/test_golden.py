@@ -6,12 +6,12 @@ import onnxruntime as ort
 import pytest
 
 import onnx2gemmini as o2g
-from onnx2gemmini.emit.qdq import build_qdq
+from onnx2gemmini.golden import build_qdq
 from tests.ops.test_conv import conv_model
 from tests.ops.test_gemm import gemm_model, matmul_model
 from tests.helpers import random_dataset
 
-ROOT = Path(__file__).resolve().parents[2] / "models"
+ROOT = Path(__file__).resolve().parents[1] / "models"
 
 
 def optimized_ops(model: onnx.ModelProto, tmp_path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Write the output directory atomically and refuse to destroy what must not be destroyed.
+"""The output folder: refuse what must not be replaced, build the new tree beside it, swap it in atomically.
 
 The tree is written into a staging folder beside OUT (`.OUT.o2g-XXXXXXXX/tree`, marked as ours by a file
 inside), then swapped in: one atomic exchange where the kernel offers it (Linux renameat2), otherwise
@@ -21,39 +21,15 @@ import os
 import secrets
 import shutil
 import socket
-import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
-import onnx
-
-from ..errors import OutputError, UsageError
-from .report import build_report, report_json, report_markdown
+from .errors import OutputError
 
 log = logging.getLogger("onnx2gemmini")
-EMITTERS = ("c", "mlir", "qdq")  # extended as back ends land; see `available_emitters`
 STAGING_TAG = ".o2g-"            # staging folders are named .OUT.o2g-<hex>
 MARKER = ".onnx2gemmini-staging"  # inside every staging folder: proof that we made it, and who owns it
 _RENAME_EXCHANGE = 2             # linux/fs.h
-
-
-def available_emitters() -> tuple[str, ...]:
-    return EMITTERS
-
-
-def parse_emit(value: "str | tuple | list | None") -> tuple[str, ...]:
-    if value is None:
-        return available_emitters()
-    if not isinstance(value, (str, tuple, list)):
-        raise UsageError(f"emit: expected a comma-separated string or a list, got {type(value).__name__}")
-    items = [str(v).strip() for v in (value.split(",") if isinstance(value, str) else value) if str(v).strip()]
-    unknown = [v for v in items if v not in ("c", "mlir", "qdq")]
-    if unknown or not items:
-        raise UsageError(f"--emit: unknown artifact(s) {', '.join(unknown) or '(none)'}; choose from c, mlir, qdq")
-    missing = [v for v in items if v not in available_emitters()]
-    if missing:
-        raise UsageError(f"--emit: {', '.join(missing)} not available in this version")
-    return tuple(dict.fromkeys(items))
 
 
 # ---- what OUT may be -----------------------------------------------------------------------------------
@@ -117,42 +93,20 @@ def _refuse_overlap(out: Path, real: Path, inputs: Iterable) -> None:
             raise OutputError(f"{out}: is or contains the input {p}; choose another output directory")
 
 
-# ---- writing -------------------------------------------------------------------------------------------
-
-def write_outputs(compiled, out: Path, emit=None, force: bool = False) -> Path:
-    """Emit every artifact into a staging folder beside OUT, then swap it in."""
-    emit = parse_emit(emit)
-    real = check_output_dir(out, force, compiled.input_files())
+def replace_dir(out: Path, real: Path, force: bool, fill: Callable[[Path], None]) -> Path:
+    """`fill(tree)` writes the new contents into a staging folder, which then replaces `real` (the path
+    check_output_dir returned for `out`)."""
     staging = _make_staging(real)
     try:
         tree = staging / "tree"
         os.mkdir(tree)
-        _emit_all(compiled, tree, emit)
+        fill(tree)
         _install(tree, real, staging, force)
     except OSError as exc:
         raise OutputError(f"{out}: cannot write output: {exc.strerror or exc}") from None
     finally:
         _remove_staging(staging)
     return Path(out)
-
-
-def _emit_all(compiled, tree: Path, emit: tuple[str, ...]) -> None:
-    """Every requested artifact and the reports, into `tree` (the staging copy of OUT)."""
-    timing = dict(compiled.timing)
-    t = time.perf_counter()
-    if "qdq" in emit:
-        from .qdq import build_qdq
-        onnx.save(build_qdq(compiled.graph, compiled.quant, compiled.plan.model_name), tree / "model.qdq.onnx")
-    if "c" in emit:
-        from .c import write_c
-        write_c(compiled, tree / "c", compiled.command)
-    if "mlir" in emit:
-        from .mlir import write_mlir
-        write_mlir(compiled.plan, tree / "model.mlir", compiled.command)
-    timing["emit_s"] = time.perf_counter() - t
-    report = build_report(compiled, timing)
-    (tree / "report.json").write_text(report_json(report))
-    (tree / "report.md").write_text(report_markdown(report))
 
 
 def _make_staging(real: Path) -> Path:

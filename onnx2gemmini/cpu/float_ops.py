@@ -1,0 +1,248 @@
+"""CPU kernels that compute in float32 between a dequantization and a QuantizeLinear (and the input
+QuantizeLinear itself): the ops Gemmini's int8 array has no unit for."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..numerics import quantize
+from ..run import kernels
+from ..tolerance import FLOAT_REORDERING, Tolerance
+from .abi import CCall, CFunction, Float, In, Int, List, Out, Struct
+from .moves import split
+from .table import CallSite, CpuKernel, cpu_kernel
+
+X, Y = ("x", In("int8_t")), ("y", Out("int8_t"))
+SCALES = (("in_scale", Float()), ("out_scale", Float()))
+# A float kernel whose C code calls expf/powf/sqrtf may differ from NumPy's float32 by one LSB.
+LIBM = Tolerance(1, FLOAT_REORDERING.rate, "libm's expf/powf/sqrtf and summation order")
+
+QUANTIZE = CFunction("o2g_quantize", (("x", In("float")), Y, ("count", Int("size_t")), ("scale", Float())))
+QUANTIZE_NHWC = CFunction("o2g_quantize_nchw_to_nhwc", (("x", In("float")), Y, ("batches", Int()),
+                                                         ("channels", Int()), ("rows", Int()), ("cols", Int()),
+                                                         ("scale", Float())))
+
+
+@cpu_kernel("quantize", QUANTIZE, QUANTIZE_NHWC)
+@dataclass(frozen=True)
+class Quantize(CpuKernel):
+    """ONNX QuantizeLinear of a float model input (zero point 0), and NCHW -> NHWC for 4-D inputs."""
+
+    scale: float
+    to_nhwc: bool = False
+
+    def run(self, inputs, out_shapes):
+        q = quantize(inputs[0], self.scale)
+        return [np.ascontiguousarray(q.transpose(0, 2, 3, 1)) if self.to_nhwc else q]
+
+    def calls(self, site: CallSite):
+        x, y = site.inputs[0], site.outputs[0]
+        if self.to_nhwc:
+            return [CCall(QUANTIZE_NHWC, (x.arg(), y.arg(), *x.shape, self.scale))]
+        return [CCall(QUANTIZE, (x.arg(), y.arg(), x.size, self.scale))]
+
+
+SOFTMAX = CFunction("o2g_softmax", (X, Y, ("outer", Int("size_t")), ("axis_len", Int("size_t")),
+                                    ("inner", Int("size_t")), *SCALES))
+
+
+@cpu_kernel("softmax", SOFTMAX)
+@dataclass(frozen=True)
+class Softmax(CpuKernel):
+    """Dequantize, float32 softmax along `axis`, QuantizeLinear."""
+
+    axis: int
+    in_scale: float
+    out_scale: float
+    c_exactness = LIBM
+
+    def run(self, inputs, out_shapes):
+        return [kernels.softmax(inputs[0], self.axis, self.in_scale, self.out_scale)]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(SOFTMAX, (x.arg(), site.outputs[0].arg(), *split(x.shape, self.axis), self.in_scale,
+                                self.out_scale))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        """onnxruntime fuses DQ -> Softmax -> Q into QLinearSoftmax, which multiplies by floor(1/out_scale)
+        instead of dividing by out_scale (and takes exp from a float table): each output p/s becomes
+        p*floor(1/s), smaller by p*frac(1/s) < 1 LSB; a boundary is crossed with that probability, and the
+        outputs along the axis average 1/n, so about frac(1/s)/n of the values differ."""
+        n = site.inputs[0].shape[self.axis]
+        inverse = 1.0 / float(np.float32(self.out_scale))
+        rate = (inverse - np.floor(inverse)) / n + FLOAT_REORDERING.rate
+        return Tolerance(1, min(1.0, rate), "onnxruntime's QLinearSoftmax scales by floor(1/y_scale)")
+
+
+LAYERNORM = CFunction("o2g_layernorm", (X, ("gamma", In("float")), ("beta", In("float")), Y,
+                                        ("outer", Int("size_t")), ("norm_size", Int("size_t")),
+                                        ("epsilon", Float()), *SCALES))
+
+
+@cpu_kernel("layernorm", LAYERNORM)
+@dataclass(frozen=True)
+class LayerNorm(CpuKernel):
+    """ONNX LayerNormalization over the axes [axis, rank) in float32; gamma and beta as constants."""
+
+    axis: int
+    epsilon: float
+    in_scale: float
+    out_scale: float
+    c_exactness = LIBM
+
+    def run(self, inputs, out_shapes):
+        x, gamma, beta = inputs
+        return [kernels.layernorm(x, gamma, beta, self.axis, self.epsilon, self.in_scale, self.out_scale)]
+
+    def calls(self, site: CallSite):
+        x, gamma, beta = site.inputs
+        outer = int(np.prod(x.shape[:self.axis], dtype=np.int64))
+        return [CCall(LAYERNORM, (x.arg(), gamma.arg(), beta.arg(), site.outputs[0].arg(), outer,
+                                  x.size // max(outer, 1), self.epsilon, self.in_scale, self.out_scale))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING
+
+
+LRN = CFunction("o2g_lrn", (X, Y, ("outer", Int("size_t")), ("channels", Int("size_t")), ("inner", Int("size_t")),
+                            ("size", Int()), ("alpha_over_size", Float()), ("beta", Float()), ("bias", Float()),
+                            *SCALES))
+
+
+@cpu_kernel("lrn", LRN)
+@dataclass(frozen=True)
+class Lrn(CpuKernel):
+    """ONNX LRN across the channels of `axis`, in float32."""
+
+    axis: int
+    size: int
+    alpha: float
+    beta: float
+    bias: float
+    in_scale: float
+    out_scale: float
+    c_exactness = LIBM
+
+    def run(self, inputs, out_shapes):
+        return [kernels.lrn(inputs[0], self.axis, self.size, self.alpha, self.beta, self.bias, self.in_scale,
+                            self.out_scale)]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(LRN, (x.arg(), site.outputs[0].arg(), *split(x.shape, self.axis), self.size,
+                            self.alpha / self.size, self.beta, self.bias, self.in_scale, self.out_scale))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING
+
+
+AFFINE = CFunction("o2g_affine", (X, ("x_row", Int("size_t")), ("mul", In("float")), ("add", In("float")), Y,
+                                  ("outer", Int("size_t")), ("channels", Int("size_t")), ("inner", Int("size_t")),
+                                  *SCALES, ("relu", Int())))
+
+
+@cpu_kernel("affine", AFFINE)
+@dataclass(frozen=True)
+class Affine(CpuKernel):
+    """y = x * mul + add per channel of `axis` in float32 (a standalone BatchNormalization), then ReLU.
+    Reads strided rows, so x may be a channel slice of a concat buffer."""
+
+    axis: int
+    in_scale: float
+    out_scale: float
+    relu: bool = False
+
+    def run(self, inputs, out_shapes):
+        x, mul, add = inputs
+        return [kernels.affine(x, mul, add, self.axis, self.in_scale, self.out_scale, self.relu)]
+
+    def calls(self, site: CallSite):
+        x, mul, add = site.inputs
+        outer, c, inner = split(x.shape, self.axis)
+        x_row = x.row_stride if x.row_stride != x.shape[-1] else c * inner
+        return [CCall(AFFINE, (x.arg(), x_row, mul.arg(), add.arg(), site.outputs[0].arg(), outer, c, inner,
+                               self.in_scale, self.out_scale, int(self.relu)))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING
+
+
+BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "prelu")
+OPERAND = Struct("o2g_operand", (("data", In("int8_t", "float")), ("is_float", Int()), ("scale", Float()),
+                                 ("strides", List("int"))))
+BINARY = CFunction("o2g_binary", (("fn", Int("int", tuple(f"O2G_{f.upper()}" for f in BINARY_FNS))),
+                                  ("a", OPERAND), ("b", OPERAND), ("y", Out("int8_t")), ("rank", Int()),
+                                  ("shape", List("int")), ("out_scale", Float()), ("relu", Int())))
+
+
+def broadcast_strides(shape, out_shape) -> tuple[int, ...]:
+    """Element strides of a row-major `shape` read at every index of `out_shape` (NumPy broadcasting)."""
+    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides, step = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        strides[d] = 0 if shape[d] == 1 and out_shape[d] != 1 else step
+        step *= shape[d]
+    return tuple(strides)
+
+
+@cpu_kernel("binary", BINARY)
+@dataclass(frozen=True)
+class Binary(CpuKernel):
+    """A broadcasting elementwise op in float32: int8 operands dequantized (a float constant's scale is
+    None), the result quantized, with a fused ReLU."""
+
+    fn: str
+    in_scales: tuple[float | None, ...]
+    out_scale: float
+    relu: bool = False
+
+    def run(self, inputs, out_shapes):
+        return [kernels.binary(self.fn, inputs, self.in_scales, self.out_scale, self.relu)]
+
+    def calls(self, site: CallSite):
+        y = site.outputs[0]
+        operands = tuple((x.arg(), int(s is None), 1.0 if s is None else s, broadcast_strides(x.shape, y.shape))
+                         for x, s in zip(site.inputs, self.in_scales))
+        return [CCall(BINARY, (BINARY_FNS.index(self.fn), *operands, y.arg(), len(y.shape), y.shape or (1,),
+                               self.out_scale, int(self.relu)))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING
+
+
+RESIZE_LINEAR = CFunction("o2g_resize_linear", (X, Y, ("rank", Int()), ("in_shape", List("int")),
+                                                ("out_shape", List("int")), ("naxes", Int()), ("axes", List("int")),
+                                                ("lo", List("int64_t")), ("hi", List("int64_t")),
+                                                ("w_lo", List("float")), ("w_hi", List("float")), *SCALES))
+
+
+@cpu_kernel("resize_linear", RESIZE_LINEAR)
+@dataclass(frozen=True)
+class ResizeLinear(CpuKernel):
+    """Linear Resize: per interpolated axis (storage order) and output position, two source positions and
+    their float32 weights (ops/resize.py computes them as onnxruntime does), combined in onnxruntime's
+    float32 order, then quantized."""
+
+    axes: tuple[int, ...]
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    w_lo: tuple[float, ...]
+    w_hi: tuple[float, ...]
+    in_scale: float
+    out_scale: float
+
+    def run(self, inputs, out_shapes):
+        f = inputs[0].astype(np.float32) * np.float32(self.in_scale)
+        y = kernels.linear_interpolate(f, self.axes, self.lo, self.hi, self.w_lo, self.w_hi, out_shapes[0])
+        return [quantize(y, self.out_scale)]
+
+    def calls(self, site: CallSite):
+        x, y = site.inputs[0], site.outputs[0]
+        return [CCall(RESIZE_LINEAR, (x.arg(), y.arg(), len(x.shape), x.shape or (1,), y.shape or (1,),
+                                      len(self.axes), self.axes or (0,), self.lo or (0,), self.hi or (0,),
+                                      self.w_lo or (0.0,), self.w_hi or (0.0,), self.in_scale, self.out_scale))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING

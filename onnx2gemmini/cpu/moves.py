@@ -1,0 +1,163 @@
+"""CPU kernels that move int8 values without new arithmetic (or only a requantization): exact."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..run import kernels
+from ..tolerance import FLOAT_REORDERING, Tolerance
+from .abi import CCall, CFunction, Float, In, Int, List, Out
+from .table import CallSite, CpuKernel, cpu_kernel
+
+X, Y = ("x", In("int8_t")), ("y", Out("int8_t"))
+
+
+def split(shape, axis: int) -> tuple[int, int, int]:
+    """(outer, axis length, inner) of a shape around one axis."""
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]),
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+
+
+TRANSPOSE = CFunction("o2g_transpose", (X, Y, ("rank", Int()), ("shape", List("int")), ("perm", List("int"))))
+
+
+@cpu_kernel("transpose", TRANSPOSE)
+@dataclass(frozen=True)
+class Transpose(CpuKernel):
+    """numpy.transpose of an int8 tensor (NHWC <-> NCHW moves, ONNX Transpose)."""
+
+    perm: tuple[int, ...]
+
+    def run(self, inputs, out_shapes):
+        return [np.ascontiguousarray(inputs[0].transpose(self.perm))]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(TRANSPOSE, (x.arg(), site.outputs[0].arg(), len(x.shape), x.shape, self.perm))]
+
+
+CLIP = CFunction("o2g_clip", (X, Y, ("count", Int("size_t")), ("lo", Int()), ("hi", Int())))
+
+
+@cpu_kernel("clip", CLIP)
+@dataclass(frozen=True)
+class Clip(CpuKernel):
+    """A standalone Relu or Clip on int8 values: the bounds quantized to the input's scale."""
+
+    lo: int
+    hi: int
+
+    def run(self, inputs, out_shapes):
+        return [np.clip(inputs[0], self.lo, self.hi).astype(np.int8)]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(CLIP, (x.arg(), site.outputs[0].arg(), x.size, self.lo, self.hi))]
+
+
+GATHER = CFunction("o2g_gather", (X, Y, ("outer", Int("size_t")), ("axis_len", Int("size_t")),
+                                  ("inner", Int("size_t")), ("indices", List("int64_t")), ("count", Int("size_t"))))
+
+
+@cpu_kernel("gather", GATHER)
+@dataclass(frozen=True)
+class Gather(CpuKernel):
+    """numpy.take with constant (non-negative) indices."""
+
+    axis: int
+    indices: tuple[int, ...]
+    indices_shape: tuple[int, ...]
+
+    def run(self, inputs, out_shapes):
+        index = np.asarray(self.indices, np.int64).reshape(self.indices_shape)
+        return [np.take(inputs[0], index, axis=self.axis)]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        outer, n, inner = split(x.shape, self.axis)
+        return [CCall(GATHER, (x.arg(), site.outputs[0].arg(), outer, n, inner, self.indices, len(self.indices)))]
+
+
+REMAP = CFunction("o2g_remap", (X, Y, ("rank", Int()), ("in_shape", List("int")), ("out_shape", List("int")),
+                                ("index", List("int64_t")), ("value", Int("int8_t"))))
+
+
+@cpu_kernel("remap", REMAP)
+@dataclass(frozen=True)
+class Remap(CpuKernel):
+    """Each output position reads, per axis, the input position its map gives (-1: `value`): Slice, Pad,
+    nearest Resize, ConvTranspose's zero insertion, channel copies. `index` holds the maps of the output's
+    axes one after another."""
+
+    index: tuple[int, ...]
+    value: int = 0
+
+    def run(self, inputs, out_shapes):
+        return [kernels.remap(inputs[0], self.index, out_shapes[0], self.value)]
+
+    def calls(self, site: CallSite):
+        x, y = site.inputs[0], site.outputs[0]
+        return [CCall(REMAP, (x.arg(), y.arg(), len(x.shape), x.shape or (1,), y.shape or (1,), self.index,
+                              self.value))]
+
+
+CONCAT_PART = CFunction("o2g_concat_part", (X, Y, ("outer", Int("size_t")), ("part_len", Int("size_t")),
+                                            ("inner", Int("size_t")), ("total_len", Int("size_t")),
+                                            ("offset", Int("size_t")), ("in_scale", Float()),
+                                            ("out_scale", Float())))
+
+
+@cpu_kernel("concat", CONCAT_PART)
+@dataclass(frozen=True)
+class Concat(CpuKernel):
+    """numpy.concatenate, each input requantized to the output's scale where it has another one. Inputs
+    marked `in_place` were written into their channels by their producer (slices.py): not copied again."""
+
+    axis: int
+    in_scales: tuple[float, ...]
+    out_scale: float
+    in_place: tuple[bool, ...] = ()
+
+    def run(self, inputs, out_shapes):
+        return [kernels.concat(inputs, self.axis, self.in_scales, self.out_scale)]
+
+    def calls(self, site: CallSite):
+        y = site.outputs[0]
+        outer, total, inner = split(y.shape, self.axis)
+        if y.shape and self.axis == len(y.shape) - 1:
+            total = y.row_stride             # itself a slice of a wider buffer: rows are that wide
+        calls, offset = [], 0
+        for x, scale, in_place in zip(site.inputs, self.in_scales, self.in_place or (False,) * len(site.inputs)):
+            n = x.shape[self.axis]
+            if not in_place:
+                calls.append(CCall(CONCAT_PART, (x.arg(), y.arg(), outer, n, inner, total, offset, scale,
+                                                 self.out_scale)))
+            offset += n
+        return calls
+
+    def golden(self, site: CallSite) -> Tolerance:
+        if any(s != self.out_scale for s in self.in_scales):
+            return FLOAT_REORDERING   # a requantized input: DQ then Q in float32
+        return super().golden(site)
+
+
+LUT = CFunction("o2g_lut", (X, Y, ("count", Int("size_t")), ("table", List("int8_t"))))
+
+
+@cpu_kernel("lut", LUT)
+@dataclass(frozen=True)
+class Lut(CpuKernel):
+    """y = table[x + 128]: a unary activation tabulated at compile time for the input and output scales."""
+
+    table: tuple[int, ...]
+
+    def run(self, inputs, out_shapes):
+        return [np.asarray(self.table, np.int8)[inputs[0].astype(np.int16) + 128]]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(LUT, (x.arg(), site.outputs[0].arg(), x.size, self.table))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING    # onnxruntime evaluates the function in float between DQ and Q

@@ -1,0 +1,63 @@
+"""The output directory of a compile: every artifact the --emit list names, and the reports.
+
+The emitters print the Plan; the QDQ golden and the self-test's expected values come from the compile
+(golden.py, run/selftest.py); outdir.py makes the replacement of OUT safe and atomic.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import onnx
+
+from .errors import UsageError
+from .emit.report import build_report, report_json, report_markdown
+from .outdir import check_output_dir, replace_dir
+
+EMITTERS = ("c", "mlir", "qdq")
+
+
+def available_emitters() -> tuple[str, ...]:
+    return EMITTERS
+
+
+def parse_emit(value: "str | tuple | list | None") -> tuple[str, ...]:
+    if value is None:
+        return available_emitters()
+    if not isinstance(value, (str, tuple, list)):
+        raise UsageError(f"emit: expected a comma-separated string or a list, got {type(value).__name__}")
+    items = [str(v).strip() for v in (value.split(",") if isinstance(value, str) else value) if str(v).strip()]
+    unknown = [v for v in items if v not in ("c", "mlir", "qdq")]
+    if unknown or not items:
+        raise UsageError(f"--emit: unknown artifact(s) {', '.join(unknown) or '(none)'}; choose from c, mlir, qdq")
+    missing = [v for v in items if v not in available_emitters()]
+    if missing:
+        raise UsageError(f"--emit: {', '.join(missing)} not available in this version")
+    return tuple(dict.fromkeys(items))
+
+
+def write_outputs(compiled, out: Path, emit=None, force: bool = False) -> Path:
+    """Emit every requested artifact and the reports into OUT (see outdir.py for how OUT is replaced)."""
+    emit = parse_emit(emit)
+    real = check_output_dir(out, force, compiled.input_files())
+    return replace_dir(Path(out), real, force, lambda tree: _emit_all(compiled, tree, emit))
+
+
+def _emit_all(compiled, tree: Path, emit: tuple[str, ...]) -> None:
+    """Every requested artifact and the reports, into `tree` (the staging copy of OUT)."""
+    timing = dict(compiled.timing)
+    t = time.perf_counter()
+    if "qdq" in emit:
+        from .golden import build_qdq
+        onnx.save(build_qdq(compiled.graph, compiled.quant, compiled.plan.model_name), tree / "model.qdq.onnx")
+    if "c" in emit:
+        from .run.selftest import selftest_case
+        from .emit.c import write_c
+        write_c(compiled.plan, tree / "c", *selftest_case(compiled.plan), compiled.command)
+    if "mlir" in emit:
+        from .emit.mlir import write_mlir
+        write_mlir(compiled.plan, tree / "model.mlir", compiled.command)
+    timing["emit_s"] = time.perf_counter() - t
+    report = build_report(compiled, timing)
+    (tree / "report.json").write_text(report_json(report))
+    (tree / "report.md").write_text(report_markdown(report))

@@ -1,0 +1,117 @@
+"""Hostile names: any Unicode in a model's node, tensor and graph names (and the config's name) reaches the
+C, MLIR, Makefile and Markdown only through emit/names.py. The C builds with -Werror and computes the
+emulator's bytes, the payloads stay inert, the MLIR parses, report.md's table keeps its shape."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import onnx2gemmini as o2g
+from onnx2gemmini.config import PRESETS
+from onnx2gemmini.emit.c import RUNTIME_FILES, c_files
+from onnx2gemmini.emit.report import build_report, report_markdown
+from onnx2gemmini.run import hostc
+from onnx2gemmini.run.emulator import Emulator
+from onnx2gemmini.run.selftest import selftest_case
+from tests.helpers import random_dataset
+from tests.reliability.common import conv_model
+
+CC = os.environ.get("CC", "cc")
+PAYLOADS = [
+    '*\\ __attribute__((constructor)) static void f(void){ system("touch PWNED"); } /\\*',
+    "x */ int pwned = 1; /* y",
+    "\u202ereversed\u2066 isolate\u2069",
+    "nul\x00 vt\x0b ff\x0c nl\n cr\r tab\t",
+    "??/ trigraph ??= #define X",
+    "| col | `code` <script>alert(1)</script> \\",
+    "# make comment \\",
+    "é 漢字 🙂",
+]
+names = st.text(min_size=1, max_size=40).filter(lambda s: s.strip("\x00") != "")
+
+
+def renamed(node_a: str, node_b: str, tensor_in: str, tensor_out: str, graph: str):
+    """conv_model() with every name replaced (tensor names must differ to stay a valid graph)."""
+    model = conv_model()
+    model.graph.name = graph
+    model.graph.node[0].name, model.graph.node[1].name = node_a, node_b + "\u0001"
+    rename = {"x": tensor_in, "y": tensor_out if tensor_out != tensor_in else tensor_out + "'"}
+    for vi in list(model.graph.input) + list(model.graph.output):
+        vi.name = rename.get(vi.name, vi.name)
+    for node in model.graph.node:
+        node.input[:] = [rename.get(t, t) for t in node.input]
+        node.output[:] = [rename.get(t, t) for t in node.output]
+    return model
+
+
+def assert_table_intact(markdown: str, rows: int) -> None:
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    header = table[0].count(" | ")
+    assert len(table) == rows + 1 and all(line.count(" | ") == header for line in table), table
+
+
+C_COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+
+
+def check_generated_text(files: dict[str, bytes]) -> None:
+    """Printable ASCII only; outside C comments and string literals, none of the payloads' code."""
+    for name, data in files.items():
+        if name.endswith((".c", ".h", ".inc", ".S", "Makefile")) and name not in RUNTIME_FILES:
+            text = data.decode("ascii")
+            assert all(32 <= ord(c) < 127 or c in "\n\t" for c in text), name
+            code = C_COMMENT_OR_STRING.sub(" ", text) if name != "Makefile" else \
+                "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+            for fragment in ("system(", "pwned = 1", "((constructor", "<script>"):
+                assert fragment not in code, (name, fragment)
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which(CC) is None, reason="needs make and a C compiler")
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(names, names, names, names, names)
+@example(*PAYLOADS[:5]).via("the payloads of the issue")
+@example(*PAYLOADS[3:8]).via("the payloads of the issue")
+def test_hostile_names_through_every_emitter(tmp_path_factory, node_a, node_b, tensor_in, tensor_out, graph):
+    model = renamed(node_a, node_b, tensor_in, tensor_out, graph)
+    config = dataclasses.replace(PRESETS["default"], name=PAYLOADS[0])
+    compiled = o2g.compile(model, calib=random_dataset(model), config=config, command="onnx2gemmini " + graph)
+    plan = compiled.plan
+    sample, expected = selftest_case(plan)
+    files = c_files(plan, sample, expected, compiled.command)
+    check_generated_text(files)
+    c_dir = tmp_path_factory.mktemp("hostile") / "c"
+    for name, data in files.items():
+        (c_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (c_dir / name).write_bytes(data)
+    hostc.build(c_dir, ("model", "model-selftest"))
+    got = hostc.run(c_dir, plan, sample)
+    want = Emulator(plan).run(sample)
+    for tid in plan.outputs:
+        np.testing.assert_array_equal(got[tid], want[tid].reshape(got[tid].shape))
+    proc = subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, timeout=60)
+    assert proc.returncode == 0 and b"PASS (exact)" in proc.stdout
+    assert not (Path.cwd() / "PWNED").exists() and not (c_dir / "PWNED").exists()
+    report = build_report(compiled, compiled.timing)
+    assert_table_intact(report_markdown(report), len(plan.steps))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(names, names, names, names, names)
+@example(*PAYLOADS[:5])
+def test_hostile_names_in_mlir(node_a, node_b, tensor_in, tensor_out, graph):
+    pytest.importorskip("torch_mlir", reason="the MLIR parser comes with the test extra")
+    from onnx2gemmini.emit.mlir import emit_mlir
+    from tests.emit.mlir_interp import parse
+
+    model = renamed(node_a, node_b, tensor_in, tensor_out, graph)
+    text = emit_mlir(o2g.compile(model, calib=random_dataset(model)).plan, "onnx2gemmini " + graph)
+    assert text.isascii()
+    parse(text)
