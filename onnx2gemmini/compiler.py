@@ -17,13 +17,15 @@ from .config import PRESETS, GemminiConfig, load_config
 from .data import load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
 from .golden import build_float
-from .tiling import apply_tiles, attach_costs
+from .scratchpad import find_hazards
+from .tiling import TILINGS, apply_tiles, attach_costs
 from .graph import Graph, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
 from .passes import run_passes
 from .plan import Plan
 from .planner import build_plan, preflight
-from .quantize import QuantTable, build_table
+from .ops.registry import handlers_for
+from .quantize import QuantTable, build_table, propagate_fixed_scales
 from .run.emulator import Emulator, dequantize
 
 log = logging.getLogger("onnx2gemmini")
@@ -109,7 +111,6 @@ def prepare(model_path, input_shape=None, config=None, equalize: bool = False
     return loaded, graph, cfg, changes
 
 
-TILINGS = ("search", "auto")
 WEIGHT_SCALES = ("tensor", "groups", "channel")
 DEFAULT_WEIGHT_SCALES = "tensor"
 
@@ -180,7 +181,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
         means = channel_means(float_model, data, weighted)
     timing["calibrate_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    quant = build_table(graph, amax, calib_method if data is not None else "from the model",
+    quant = build_table(graph, handlers_for(graph), amax, calib_method if data is not None else "from the model",
                         data.num_samples if data is not None else 0, means,
                         {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales])
     timing["quantize_s"] = time.perf_counter() - t
@@ -188,13 +189,12 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
     plan = build_plan(graph, quant, cfg, name, loaded.sha256)
     timing["plan_s"] = time.perf_counter() - t
-    if tiling == "search":
-        t = time.perf_counter()
-        try:
-            plan = apply_tiles(plan)
-        except ValueError as exc:
-            raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
-        timing["tiling_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    try:
+        plan = apply_tiles(plan, mode=tiling, hazards=lambda step, tiles: find_hazards(step, cfg, tiles))
+    except ValueError as exc:
+        raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
+    timing["tiling_s"] = time.perf_counter() - t
     plan = attach_costs(plan)
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings)
 
@@ -205,10 +205,8 @@ def graph_activations(graph: Graph) -> list[str]:
 
 def fixed_scales(graph: Graph) -> dict[str, float]:
     """Scales a pre-quantized model fixes, after flowing back through scale-preserving ops."""
-    from .ops.registry import lookup
-    from .quantize import propagate_fixed_scales
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
-    return propagate_fixed_scales(graph, order, {n.name: lookup(n.op_type, graph.opset, n.domain) for n in order})
+    return propagate_fixed_scales(graph, order, handlers_for(graph))
 
 
 def model_opset(model: onnx.ModelProto) -> int:

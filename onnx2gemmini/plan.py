@@ -110,6 +110,7 @@ class Matmul(Step):
     scale: float = 1.0
     repeating_bias: bool = True
     tiles: dict | None = None  # {"tile_I", "tile_J", "tile_K"} in DIM blocks; None = gemmini.h's heuristic
+    heuristic_hazard: str = ""  # why gemmini.h's own tiles for this call are unsafe (then never used)
 
     def reads(self):
         return (self.A, self.B) + ((self.D,) if self.D else ())
@@ -166,6 +167,7 @@ class Conv(_PooledConv, Step):
     pool_stride: int = 0
     pool_padding: int = 0
     tiles: dict | None = None  # batches, porows, pocols, pochs, krows, kcols, kchs
+    heuristic_hazard: str = ""  # why gemmini.h's own tiles for this call are unsafe (then never used)
     in_stride: int = 0         # elements between input pixels (0: in_channels, dense)
     out_stride: int = 0        # elements between output pixels (0: out_channels, dense)
 

@@ -7,6 +7,7 @@ int32 biases at scale s_in*s_w; the output multiplier float32(float32(s_in*s_w)/
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -174,23 +175,17 @@ def fixed_weight_scale(graph: Graph, handler, view: NodeView):
     return values
 
 
-def build_table(graph: Graph, amax: dict[str, float], method: str, num_samples: int,
-                means: dict | None = None, weight_group: int = 0) -> QuantTable:
+def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, float], method: str,
+                num_samples: int, means: dict | None = None, weight_group: int = 0) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order.
 
     With `means` (per-channel input means from calibration) biases are corrected for the mean error
     of the int8 weights, except where a pre-quantized model fixes the weights. `weight_group` > 0 gives
     every run of that many output channels its own weight scale, where the handler can split its output
-    channels into separate Gemmini calls (`Handler.channel_axis`).
+    channels into separate Gemmini calls (`Handler.channel_axis`). `handlers`: each node's handler by
+    node name (ops.registry.handlers_for), for its scale rule and its weights.
     """
-    from .ops.registry import lookup  # handlers depend on this module
-
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
-    handlers = {}
-    for node in order:
-        handlers[node.name] = lookup(node.op_type, graph.opset, node.domain)
-        if handlers[node.name] is None:
-            raise UnsupportedError(f"node '{node.name}': no handler for {node.op_type}")
     fixed = propagate_fixed_scales(graph, order, handlers)
     groups = _scale_groups(graph, order, handlers)
     group_amax: dict[str, float] = {}

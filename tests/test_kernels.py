@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 
 
 @pytest.mark.parametrize("k", [1, 1024, 1025, 5000], ids=lambda k: f"K{k}")

@@ -7,7 +7,7 @@ import numpy as np
 from onnx import helper
 
 from onnx2gemmini.data import Dataset
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 from tests.helpers import assert_matches_ort, infer_outputs, rng
 
 

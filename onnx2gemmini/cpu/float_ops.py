@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..numerics import quantize
-from ..run import kernels
+from .. import kernels
 from ..tolerance import FLOAT_REORDERING, Tolerance
 from .abi import CCall, CFunction, Float, In, Int, List, Out, Struct
 from .moves import split

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..run import kernels
+from .. import kernels
 from ..tolerance import FLOAT_REORDERING, Tolerance
 from .abi import CCall, CFunction, Float, In, Int, List, Out
 from .table import CallSite, CpuKernel, cpu_kernel

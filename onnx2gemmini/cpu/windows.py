@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..run import kernels
+from .. import kernels
 from ..tolerance import Tolerance
 from .abi import CCall, CFunction, Float, In, Int, Out, TensorArg, window_struct
 from .table import CallSite, CpuKernel, Window, cpu_kernel

@@ -360,6 +360,8 @@ class CProgram:
         if s.tiles:
             head.append(f"tiles (DIM blocks): {s.tiles}")
             args.append((self.tiles(s, MATMUL_TILES), "tile_I, tile_J, tile_K"))
+        if s.heuristic_hazard:
+            head.append(s.heuristic_hazard)
         args += [("false, false, false, false, 0", "transpose_A, transpose_B, full_C, low_D, weightA"),
                  ("WS", "tiled_matmul_type")]
         return head, self.call("tiled_matmul" if s.tiles else "tiled_matmul_auto", args)
@@ -383,6 +385,8 @@ class CProgram:
                 ("WS", "tiled_conv_type")]
         if s.tiles:
             head.append(f"tiles: {s.tiles}")
+        if s.heuristic_hazard:
+            head.append(s.heuristic_hazard)
         args = [(f"{s.batch_size}, {s.in_row_dim}, {s.in_col_dim}, {s.in_channels}",
                  "batch_size, in_row_dim, in_col_dim, in_channels"),
                 (f"{s.out_channels}, {s.out_row_dim}, {s.out_col_dim}", "out_channels, out_row_dim, out_col_dim"),

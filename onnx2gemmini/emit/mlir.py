@@ -54,6 +54,8 @@ def check_config(config) -> None:
 
 def conv_needs_runtime(step: Conv) -> str:
     """Why `gemmini.tile_conv` would compute this conv wrongly ('' when it is fine)."""
+    if step.heuristic_hazard:
+        return f"{step.heuristic_hazard}; tile_conv's lowering tiles as gemmini.h does"
     rect = step.in_row_dim != step.in_col_dim or step.out_row_dim != step.out_col_dim
     if rect and step.pool_stride:
         return "non-square map with a fused pool: buddy-mlir's rect-conv path drops pooling"
@@ -291,6 +293,9 @@ class _Forward:
     def _step(self, index: int, step: Step) -> None:
         what = f"[{index}] {step.kind} '{mlir_comment(step.node)}'"
         if isinstance(step, Matmul):
+            if step.heuristic_hazard:
+                raise UnsupportedError(f"--emit mlir: matmul '{step.node}': {step.heuristic_hazard}, and "
+                                       "tile_matmul's lowering tiles as gemmini.h does")
             self.emit(f"// {what}: gemmini.tile_matmul")
             return self._matmul(step)
         if isinstance(step, Conv) and not conv_needs_runtime(step):

@@ -212,7 +212,8 @@ def _global_average(step: GlobalAverage) -> RuntimeCall:
 
 
 def _conv(step: Conv) -> RuntimeCall:
-    """A conv the dialect cannot lower correctly, through the C library's tiled_conv_auto."""
+    """A conv the dialect cannot lower correctly, through the C library's tiled_conv (the step's tiles;
+    zeros: tiled_conv_auto's)."""
     poh, pow_ = step.pool_out_dims
     k2ic = step.kernel_dim * step.kernel_dim * step.in_channels
     operands = [Arg("input", step.input, (step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels), "i8"),
@@ -224,7 +225,11 @@ def _conv(step: Conv) -> RuntimeCall:
                   "kernel_dim", "act")]
     operands.append(Scalar("scale", "f32", step.scale))
     operands += [Scalar(n, "i64", getattr(step, n)) for n in ("pool_size", "pool_stride", "pool_padding")]
+    operands += [Scalar(n, "i64", int((step.tiles or {}).get(n, 0))) for n in CONV_TILES]
     return RuntimeCall("o2g_rt_conv", tuple(operands))
+
+
+CONV_TILES = ("batches", "porows", "pocols", "pochs", "krows", "kcols", "kchs")
 
 
 def _conv_dw(step: ConvDw) -> RuntimeCall:

@@ -73,7 +73,7 @@ def layer_rows(plan: Plan, node_ops: dict[str, str]) -> list[dict]:
             "baseline_dram_bytes": est.get("baseline_dram_bytes"),
             "est_cycles": est.get("est_cycles"),
             "utilization": est.get("utilization"),
-            "reason": step.reason if isinstance(step, CpuOp) else "",
+            "reason": step.reason if isinstance(step, CpuOp) else getattr(step, "heuristic_hazard", ""),
         })
     return rows
 

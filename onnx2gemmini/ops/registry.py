@@ -11,6 +11,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from ..graph import NodeView
 from ..plan import Step, Tensor
 
@@ -88,14 +89,15 @@ def lookup(op_type: str, opset: int, domain: str = "") -> Handler | None:
     return versions[max(eligible)] if eligible else None
 
 
+def handlers_for(graph) -> dict[str, Handler]:
+    """Each node's handler by node name (preflight has refused unknown ops)."""
+    found = {}
+    for node in graph.nodes:
+        found[node.name] = lookup(node.op_type, graph.opset, node.domain)
+        if found[node.name] is None:
+            raise UnsupportedError(f"node '{node.name}': no handler for {node.op_type}")
+    return found
+
+
 def all_handlers() -> list[Handler]:
-    _load_all()
     return [h for _, versions in sorted(_REGISTRY.items()) for _, h in sorted(versions.items())]
-
-
-def _load_all() -> None:
-    from . import (activations, add, batch_norm, binary, clip, concat, conv, conv_transpose,  # noqa: F401
-                   gather, gemm, layer_norm, lrn, pool, resize, slice_pad, softmax, transpose, views)
-
-
-_load_all()

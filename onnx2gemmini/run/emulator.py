@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
-from . import kernels
+from .. import kernels
 
 
 class Emulator:
@@ -21,7 +21,7 @@ class Emulator:
                 raise KeyError(f"missing model input '{t.onnx_name}'")
             buffers[tid] = np.asarray(inputs[t.onnx_name], np.float32).reshape(t.shape)
         for step in plan.steps:
-            for tid, value in zip(step.writes(), self._execute(step, buffers)):
+            for tid, value in zip(step.writes(), self.execute_step(step, buffers)):
                 self._store(buffers, tid, value)
         if keep:
             return buffers
@@ -58,7 +58,9 @@ class Emulator:
             return buffers[base.id].reshape(-1)[self._rows(tid)].reshape(t.shape)
         return self.get(buffers, t.view_of).reshape(t.shape)
 
-    def _execute(self, step, buffers):
+    def execute_step(self, step, buffers) -> list[np.ndarray]:
+        """The values `step` writes (one per step.writes()), from the buffers: a whole call with Gemmini's
+        arithmetic. scratchpad.PlanRunner overrides it to run Gemmini steps at address level."""
         get = lambda tid: self.get(buffers, tid)  # noqa: E731
         consts = self.plan.constants
         if isinstance(step, Matmul):

@@ -162,7 +162,8 @@ void _mlir_ciface_o2g_rt_conv(o2g_unranked_memref *input, o2g_unranked_memref *w
                               int64_t out_rows, int64_t out_cols, int64_t stride,
                               int64_t input_dilation, int64_t kernel_dilation, int64_t padding,
                               int64_t kernel_dim, int64_t act, float scale, int64_t pool_size,
-                              int64_t pool_stride, int64_t pool_padding)
+                              int64_t pool_stride, int64_t pool_padding, int64_t batches, int64_t porows,
+                              int64_t pocols, int64_t pochs, int64_t krows, int64_t kcols, int64_t kchs)
 {
     const char *fn = "o2g_rt_conv";
     struct o2g_view vi = o2g_view_of(fn, input, sizeof(elem_t), 4);
@@ -175,11 +176,19 @@ void _mlir_ciface_o2g_rt_conv(o2g_unranked_memref *input, o2g_unranked_memref *w
     if (vw.sizes[0] != kernel_dim * kernel_dim * vi.sizes[3] || vw.sizes[1] != oc ||
         vo.sizes[0] != vi.sizes[0] * prow * pcol || vo.sizes[1] != oc)
         o2g_mlir_fail(fn, "weights, bias or output do not match the geometry");
-    tiled_conv_auto(vi.sizes[0], vi.sizes[1], vi.sizes[2], vi.sizes[3], oc, (int)out_rows, (int)out_cols,
-                    (int)stride, (int)input_dilation, (int)kernel_dilation, (int)padding, (int)kernel_dim,
-                    false, false, false, false, false, (const elem_t *)vi.data, (const elem_t *)vw.data,
-                    (const acc_t *)vb.data, (elem_t *)vo.data, (int)act, scale, (int)pool_size,
-                    (int)pool_stride, (int)pool_padding, WS);
+    if (batches == 0) /* no tiles chosen: gemmini.h's heuristic */
+        tiled_conv_auto(vi.sizes[0], vi.sizes[1], vi.sizes[2], vi.sizes[3], oc, (int)out_rows, (int)out_cols,
+                        (int)stride, (int)input_dilation, (int)kernel_dilation, (int)padding, (int)kernel_dim,
+                        false, false, false, false, false, (const elem_t *)vi.data, (const elem_t *)vw.data,
+                        (const acc_t *)vb.data, (elem_t *)vo.data, (int)act, scale, (int)pool_size,
+                        (int)pool_stride, (int)pool_padding, WS);
+    else
+        tiled_conv(vi.sizes[0], vi.sizes[1], vi.sizes[2], vi.sizes[3], oc, (int)out_rows, (int)out_cols,
+                   (int)stride, (int)input_dilation, (int)kernel_dilation, (int)padding, (int)kernel_dim,
+                   vi.sizes[3], oc, oc, false, false, false, false, false, (int)batches, (int)porows,
+                   (int)pocols, (int)pochs, (int)krows, (int)kcols, (int)kchs, (const elem_t *)vi.data,
+                   (const elem_t *)vw.data, (const acc_t *)vb.data, (elem_t *)vo.data, (int)act, scale,
+                   (int)pool_size, (int)pool_stride, (int)pool_padding, WS);
     gemmini_fence();
 }
 

@@ -54,8 +54,9 @@ void _mlir_ciface_o2g_rt_resadd(o2g_unranked_memref *a, o2g_unranked_memref *b, 
 /* tiled_global_average_auto: [N][D][D][C] -> [N][C]. */
 void _mlir_ciface_o2g_rt_global_average(o2g_unranked_memref *input, o2g_unranked_memref *output);
 
-/* tiled_conv_auto for convs tile_conv would get wrong: input NHWC, weights [K*K*IC][OC], bias [OC],
- * output [N*pooled OH*pooled OW][OC]; out_rows/out_cols before pooling. */
+/* tiled_conv (the given tiles; batches == 0: tiled_conv_auto) for convs tile_conv would get wrong:
+ * input NHWC, weights [K*K*IC][OC], bias [OC], output [N*pooled OH*pooled OW][OC]; out_rows/out_cols
+ * before pooling. */
 /* Depthwise conv (multiplier 1) through gemmini.h's tiled_conv_dw_auto: input [N][H][W][C], weights [C][K][K],
  * bias [C] int32, output [N][pooled rows][pooled cols][C]. */
 void _mlir_ciface_o2g_rt_conv_dw(o2g_unranked_memref *input, o2g_unranked_memref *weights,
@@ -68,6 +69,7 @@ void _mlir_ciface_o2g_rt_conv(o2g_unranked_memref *input, o2g_unranked_memref *w
                               int64_t out_rows, int64_t out_cols, int64_t stride,
                               int64_t input_dilation, int64_t kernel_dilation, int64_t padding,
                               int64_t kernel_dim, int64_t act, float scale, int64_t pool_size,
-                              int64_t pool_stride, int64_t pool_padding);
+                              int64_t pool_stride, int64_t pool_padding, int64_t batches, int64_t porows,
+                              int64_t pocols, int64_t pochs, int64_t krows, int64_t kcols, int64_t kchs);
 
 #endif /* O2G_MLIR_ABI_H */

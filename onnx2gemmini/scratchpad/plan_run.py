@@ -17,9 +17,9 @@ class PlanRunner(Emulator):
         self.program = Program(plan.config, semantics)
         self.hazards: dict[str, list[Hazard]] = {}     # by step node, for the steps that had any
 
-    def _execute(self, step, buffers):
+    def execute_step(self, step, buffers):
         if step.target != "gemmini":
-            return super()._execute(step, buffers)
+            return super().execute_step(step, buffers)
         arrays = {tid: self.get(buffers, tid) for tid in step.reads()}
         result = self.program.call(step, arrays)
         if result.hazards:

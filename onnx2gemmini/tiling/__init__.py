@@ -53,13 +53,18 @@ def baseline_tiles(step, config) -> dict | None:
     return None
 
 
-def choose_tiles(step, config) -> dict | None:
-    """Our tiles for a Matmul/Conv step (None for any other step: those keep gemmini.h's tiling)."""
+def choose_tiles(step, config, hazards=None) -> dict | None:
+    """Our tiles for a Matmul/Conv step (None for any other step: those keep gemmini.h's tiling), among
+    the tiles for which `hazards(step, tiles)` finds nothing (scratchpad.find_hazards)."""
     if not _tunable(step):
         return None
+    names = MATMUL_TILE_NAMES if isinstance(step, Matmul) else CONV_TILE_NAMES
+    allowed = (lambda t: not hazards(step, tiles_dict(names, t))) if hazards else None
     if isinstance(step, Matmul):
-        return tiles_dict(MATMUL_TILE_NAMES, choose_matmul_tiles(step.I, step.J, step.K, config, step.D is not None))
-    return tiles_dict(CONV_TILE_NAMES, choose_conv_tiles(ConvGeometry.of(step), config, step.bias is not None))
+        t = choose_matmul_tiles(step.I, step.J, step.K, config, step.D is not None, allowed)
+    else:
+        t = choose_conv_tiles(ConvGeometry.of(step), config, step.bias is not None, allowed)
+    return tiles_dict(names, t)
 
 
 def cost(step, tiles, config) -> dict | None:
@@ -113,10 +118,33 @@ def attach_costs(plan: Plan) -> Plan:
     return dataclasses.replace(plan, costs=tuple(plan_costs(plan)))
 
 
-def apply_tiles(plan: Plan, config=None) -> Plan:
-    """A new Plan whose Matmul/Conv steps carry our tiles. Steps that already have tiles keep them (they
-    were set on purpose); other steps are unchanged. `config` defaults to the plan's."""
+TILINGS = ("search", "auto")
+
+
+def apply_tiles(plan: Plan, config=None, mode: str = "search", hazards=None) -> Plan:
+    """A new Plan whose Gemmini steps carry the tiles they run with. `config` defaults to the plan's.
+
+    mode "search": every Matmul/Conv gets our tiles (explicit-tile calls); "auto": gemmini.h's *_auto
+    heuristic stays, except where its tiles are hazardous. `hazards(step, tiles) -> list` (bound to
+    scratchpad.find_hazards) keeps every chosen tile free of scratchpad hazards: a write that clobbers
+    rows still to be read (spec/gemmini.md §3.10). Where gemmini.h's own tiles have one, the step records
+    it in `heuristic_hazard` (so no back end falls back to them) and gets explicit safe tiles in either
+    mode. Steps that already have tiles keep them (set on purpose). Raises ValueError for a hazard a step
+    cannot avoid (no explicit-tile entry point)."""
     config = config or plan.config
-    steps = tuple(dataclasses.replace(s, tiles=choose_tiles(s, config))
-                  if _tunable(s) and s.tiles is None else s for s in plan.steps)
-    return dataclasses.replace(plan, steps=steps)
+    steps = []
+    for step in plan.steps:
+        if step.target != "gemmini" or getattr(step, "tiles", None):
+            steps.append(step)
+            continue
+        base = baseline_tiles(step, config)
+        found = hazards(step, base) if hazards and base else []
+        if _tunable(step) and (mode == "search" or found):
+            why = f"gemmini.h's own tiles {base} would read clobbered scratchpad data ({found[0]})" if found else ""
+            steps.append(dataclasses.replace(step, tiles=choose_tiles(step, config, hazards), heuristic_hazard=why))
+        elif found:
+            raise ValueError(f"{step.node}: gemmini.h's tiles would read clobbered scratchpad rows ({found[0]}) "
+                             f"and {step.kind} takes no explicit tiles")
+        else:
+            steps.append(step)
+    return dataclasses.replace(plan, steps=tuple(steps))

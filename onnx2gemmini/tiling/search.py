@@ -24,13 +24,18 @@ TIES_EVALUATED = 24       # byte-optimal candidates that get the (slower) cycle 
 POOL_FIELD_MAX = 255      # config_st's 8-bit row/col counts, used by the hardware pooling path
 
 
-def _pick(byte_costs: dict, baseline: tuple, cycles) -> tuple:
-    """Lowest bytes; among those (largest tiles first, at most TIES_EVALUATED, plus the baseline when it
-    ties) the fewest estimated cycles; then the smallest tuple."""
+def _pick(byte_costs: dict, baseline: tuple, cycles, allowed=None) -> tuple:
+    """Among the `allowed` candidates (all by default): lowest bytes; among those (largest tiles first, at
+    most TIES_EVALUATED, plus the baseline when it ties) the fewest estimated cycles; then the smallest
+    tuple."""
+    if allowed is not None:
+        byte_costs = {t: b for t, b in byte_costs.items() if allowed(t)}
+        if not byte_costs:
+            raise ValueError("no tiles are free of scratchpad hazards")
     best = min(byte_costs.values())
     ties = sorted((t for t, b in byte_costs.items() if b == best), key=lambda t: (-prod(t), t))
     shortlist = ties[:TIES_EVALUATED]
-    if byte_costs[baseline] == best and baseline not in shortlist:
+    if byte_costs.get(baseline) == best and baseline not in shortlist:
         shortlist.append(baseline)
     return min(shortlist, key=lambda t: (cycles(t), t))
 
@@ -57,14 +62,15 @@ def matmul_candidates(I: int, J: int, K: int, config) -> set[tuple[int, int, int
     return found
 
 
-def choose_matmul_tiles(I: int, J: int, K: int, config, has_bias: bool = True) -> tuple[int, int, int]:
-    """(tile_I, tile_J, tile_K) in DIM blocks for tiled_matmul (WS), within the double-buffered budgets."""
+def choose_matmul_tiles(I: int, J: int, K: int, config, has_bias: bool = True, allowed=None) -> tuple[int, int, int]:
+    """(tile_I, tile_J, tile_K) in DIM blocks for tiled_matmul (WS), within the double-buffered budgets;
+    `allowed(tiles)`: a further filter (hazard-free tiles only)."""
     baseline = baseline_matmul_tiles(I, J, K, config)
     cands = matmul_candidates(I, J, K, config) | {baseline}
     byte_costs = {t: matmul_traffic(I, J, K, t, config, has_bias)["total"] for t in cands
                   if t == baseline or matmul_fits(t, config, (I, J, K))}
     return _pick(byte_costs, baseline,
-                 lambda t: matmul_cost(I, J, K, t, config, has_bias)["est_cycles"])
+                 lambda t: matmul_cost(I, J, K, t, config, has_bias)["est_cycles"], allowed)
 
 
 # --- conv ---------------------------------------------------------------------------------------
@@ -135,11 +141,11 @@ def conv_candidates(geometry, config) -> set[tuple[int, ...]]:
     return found
 
 
-def choose_conv_tiles(geometry, config, has_bias: bool = True) -> tuple[int, ...]:
+def choose_conv_tiles(geometry, config, has_bias: bool = True, allowed=None) -> tuple[int, ...]:
     """(batches, porows, pocols, pochs, krows, kcols, kchs) for tiled_conv, within the double-buffered
-    budgets (gemmini.h's accounting)."""
+    budgets (gemmini.h's accounting); `allowed(tiles)`: a further filter (hazard-free tiles only)."""
     g = ConvGeometry.of(geometry)
     baseline = baseline_conv_tiles(g, config)       # raises when no tile fits at all
     byte_costs = {t: conv_traffic(g, t, has_bias)["total"] for t in conv_candidates(g, config)}
     byte_costs[baseline] = conv_traffic(g, baseline, has_bias)["total"]
-    return _pick(byte_costs, baseline, lambda t: conv_cost(g, t, config, has_bias)["est_cycles"])
+    return _pick(byte_costs, baseline, lambda t: conv_cost(g, t, config, has_bias)["est_cycles"], allowed)

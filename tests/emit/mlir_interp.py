@@ -5,7 +5,7 @@ operations are then walked generically (op.name, operands, attributes) and execu
 
 * `gemmini.tile_matmul` / `gemmini.tile_conv` with the semantics buddy-mlir's lowering gives them
   (spec/buddy-mlir.md §1.3: shapes read from the memrefs, bias always loaded, row 0 of D when
-  `repeatingBias`), computed by onnx2gemmini.run.kernels (spec/gemmini.md §2);
+  `repeatingBias`), computed by onnx2gemmini.kernels (spec/gemmini.md §2);
 * `func.call @o2g_rt_*` of a CPU kernel: the plan step it belongs to (its `o2g.step` attribute) is run
   with the CPU-kernel table's NumPy semantics (cpu/), after checking that the call passes exactly the
   arguments the table prescribes (symbol, scalars, lists, memref shapes and element types); the Gemmini
@@ -29,7 +29,7 @@ from torch_mlir import ir
 
 from onnx2gemmini import numerics
 from onnx2gemmini.emit.mlir_runtime import Arg, Array, cpu_call
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 
 GARBAGE = 0x5B  # fills fresh allocations: a buffer read before it is written shows up as a mismatch
 
@@ -409,7 +409,7 @@ def _global_average(x, y):
 
 
 def _conv(x, w, bias, y, orow, ocol, stride, input_dilation, kernel_dilation, padding, k, act, scale,
-          pool_size, pool_stride, pool_padding):
+          pool_size, pool_stride, pool_padding, *tiles):
     if input_dilation != 1 or kernel_dilation != 1:
         raise InterpError("dilated conv: not modelled")
     pool = (pool_size, pool_stride, pool_padding) if pool_stride else None

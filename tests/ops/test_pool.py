@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 from tests.helpers import assert_matches_ort, infer_outputs
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from onnx2gemmini.ops.resize import linear_tables
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 from tests.helpers import assert_exact_move, assert_matches_ort, one_node, rng
 
 I64 = np.int64

@@ -1,11 +1,11 @@
-"""Steps with random operands and their whole-call emulator results (run/kernels.py), for the
+"""Steps with random operands and their whole-call emulator results (kernels.py), for the
 address-level tests: each builder returns (step, inputs, constants, reference output)."""
 from __future__ import annotations
 
 import numpy as np
 
 from onnx2gemmini.plan import Conv, ConvDw, GlobalAverage, Matmul, Resadd
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 
 
 def _int8(rng, shape):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from onnx2gemmini.config import PRESETS
-from onnx2gemmini.run import kernels
+from onnx2gemmini import kernels
 from onnx2gemmini.scratchpad import find_hazards, run
 from onnx2gemmini.tiling import ConvGeometry, baseline_conv_tiles, choose_conv_tiles
 from tests.scratchpad.cases import conv_case

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from onnx2gemmini.config import PRESETS
-from onnx2gemmini.plan import Conv, CpuOp, Plan, Quantize, Tensor
+from onnx2gemmini import cpu
+from onnx2gemmini.plan import Conv, CpuOp, Plan, Tensor
 from onnx2gemmini.run.emulator import Emulator
 from onnx2gemmini.scratchpad import PlanRunner, find_hazards
 
@@ -23,8 +24,8 @@ def mnist_plan() -> Plan:
         Tensor("y_out", "y", (1, 32, 14, 14), scale=0.02, kind="output"))}
     constants = {"w": rng.integers(-128, 128, (9, 32), dtype=np.int8),
                  "b": rng.integers(-3000, 3000, 32).astype(np.int32)}
-    steps = (Quantize("quantize", input="x_f32", output="x", scale=0.008, to_nhwc=True), conv,
-             CpuOp("out", op="transpose", inputs=("y",), outputs=("y_out",), params={"perm": [0, 3, 1, 2]}))
+    steps = (CpuOp("quantize", inputs=("x_f32",), outputs=("x",), params=cpu.Quantize(0.008, True)), conv,
+             CpuOp("out", inputs=("y",), outputs=("y_out",), params=cpu.Transpose((0, 3, 1, 2))))
     return Plan("mnist", "0" * 64, 17, PRESETS["default"], tensors, constants, steps, ("x_f32",), ("y_out",))
 
 

@@ -1,5 +1,5 @@
 """Sweeps over small Gemmini steps: find_hazards reports exactly what the address-level machine sees,
-and without a hazard the machine's output is the emulator's (run/kernels.py) bit for bit."""
+and without a hazard the machine's output is the emulator's (kernels.py) bit for bit."""
 from __future__ import annotations
 
 import numpy as np

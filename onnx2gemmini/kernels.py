@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..numerics import acc_scale, mvin_scale, quantize, requantize, wrap_int32
+from .numerics import acc_scale, mvin_scale, quantize, requantize, wrap_int32
 
 K_CHUNK = 1024
 
