@@ -2,7 +2,7 @@
 
     python scripts/measure_cpu_kernels.py [--cross riscv64-unknown-elf-] [--spike spike] [--keep DIR]
 
-Why: onnx2gemmini/tiling_dw.py sends a depthwise conv to Gemmini or to this CPU kernel by comparing
+Why: onnx2gemmini/tiling/dw.py sends a depthwise conv to Gemmini or to this CPU kernel by comparing
 estimated cycles; the CPU side comes from here instead of a guess.
 
 What it does: copies the project's own o2g_runtime.c/.h and o2g_htif.c into a temp dir with a small
@@ -10,7 +10,8 @@ driver, builds them for rv64gc + picolibc with the flags of the generated Makefi
 (read from runtime/templates/Makefile.in), runs the program on Spike, and reads `csrr instret` and
 `csrr cycle` around each o2g_dwconv call. Spike retires one instruction per cycle, so both counters give
 INSTRUCTIONS RETIRED, not the cycles of a real core: the fit is instructions per MAC and per output, and
-tiling_dw.py turns it into cycles with an explicit CPI constant. Nothing is downloaded.
+tiling/dw.py turns it into cycles with an explicit CPI constant. Nothing is downloaded.
+scripts/bench_spike.py measures every other kernel the same way (`bench_spike.py --dw` runs this script).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from onnx2gemmini.tiling.dw import taps_inside
 
 RUNTIME = Path(__file__).resolve().parent.parent / "onnx2gemmini" / "runtime"
 
@@ -106,21 +109,28 @@ def run(binary: Path, spike: str) -> list[dict]:
     for line in out.splitlines():
         if line.startswith("dw "):
             h, c, k, s, o, instret, cycles, _ = (int(f) for f in line.split()[1:])
+            taps = taps_inside(h, k, s, k // 2, o)
             rows.append({"h": h, "c": c, "k": k, "s": s, "out": o, "instret": instret, "cycles": cycles,
-                         "outputs": o * o * c, "macs": o * o * c * k * k})
+                         "outputs": o * o * c, "macs": o * o * c * k * k, "valid_macs": taps * taps * c,
+                         "pixels": o * o})
     if len(rows) != len(GEOMETRIES):
         raise SystemExit(f"expected {len(GEOMETRIES)} measurements, got {len(rows)}:\n{out}")
     return rows
 
 
-def fit(rows: list[dict]) -> tuple[float, float]:
-    """Least squares, no intercept: instret = per_mac * MACs + per_output * outputs (MACs as
-    ConvDw.macs counts them: padded window taps included, as the cost model uses them). The error is
-    relative, so a 7x7 layer weighs as much as a 56x56 one: the decision is made for both."""
-    a = np.array([[r["macs"], r["outputs"]] for r in rows], float)
+def fit(rows: list[dict]) -> tuple[float, float, float]:
+    """Least squares, no intercept, relative error (a 7x7 layer weighs as much as a 56x56 one: the decision
+    is made for both): instret = per_mac * MACs inside the input + per_output * outputs + per_pixel * output
+    pixels. The kernel skips taps in the padding and sets up each pixel once for all channels; a two-term
+    fit over padded MACs (ConvDw.macs) misses small maps by up to 25% (printed for comparison)."""
+    return _least_squares(rows, ("valid_macs", "outputs", "pixels"))
+
+
+def _least_squares(rows: list[dict], terms: tuple[str, ...]) -> tuple[float, ...]:
+    a = np.array([[r[t] for t in terms] for r in rows], float)
     b = np.array([r["instret"] for r in rows], float)
-    (per_mac, per_output), *_ = np.linalg.lstsq(a / b[:, None], np.ones_like(b), rcond=None)
-    return float(per_mac), float(per_output)
+    coefficients, *_ = np.linalg.lstsq(a / b[:, None], np.ones_like(b), rcond=None)
+    return tuple(float(c) for c in coefficients)
 
 
 def main() -> None:
@@ -136,21 +146,25 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    per_mac, per_output = fit(rows)
-    print(f"\n{'in':>3} {'C':>4} {'K':>2} {'s':>2} {'out':>3} {'MACs':>10} {'outputs':>8} {'instret':>11} "
+    per_mac, per_output, per_pixel = fit(rows)
+    print(f"\n{'in':>3} {'C':>4} {'K':>2} {'s':>2} {'out':>3} {'MACs inside':>11} {'outputs':>8} {'instret':>11} "
           f"{'cycle':>11} {'instr/MAC':>9} {'fit err':>8}")
     errors = []
     for r in rows:
-        predicted = per_mac * r["macs"] + per_output * r["outputs"]
+        predicted = per_mac * r["valid_macs"] + per_output * r["outputs"] + per_pixel * r["pixels"]
         errors.append(predicted / r["instret"] - 1)
-        print(f"{r['h']:>3} {r['c']:>4} {r['k']:>2} {r['s']:>2} {r['out']:>3} {r['macs']:>10,} {r['outputs']:>8,} "
-              f"{r['instret']:>11,} {r['cycles']:>11,} {r['instret'] / r['macs']:>9.2f} {errors[-1]:>+8.1%}")
+        print(f"{r['h']:>3} {r['c']:>4} {r['k']:>2} {r['s']:>2} {r['out']:>3} {r['valid_macs']:>11,} "
+              f"{r['outputs']:>8,} {r['instret']:>11,} {r['cycles']:>11,} {r['instret'] / r['valid_macs']:>9.2f} "
+              f"{errors[-1]:>+8.1%}")
     err = np.abs(errors)
-    print(f"\nfit over {len(rows)} geometries: instret = {per_mac:.2f} * MACs + {per_output:.2f} * outputs; "
-          f"|error| max {err.max():.1%}, mean {err.mean():.1%}")
+    print(f"\nfit over {len(rows)} geometries: instret = {per_mac:.2f} * MACs inside the input + {per_output:.2f} "
+          f"* outputs + {per_pixel:.2f} * output pixels; |error| max {err.max():.1%}, mean {err.mean():.1%}")
+    two = _least_squares(rows, ("macs", "outputs"))
+    err2 = np.abs([(two[0] * r["macs"] + two[1] * r["outputs"]) / r["instret"] - 1 for r in rows])
+    print(f"(two terms over padded MACs: {two[0]:.2f} * MACs + {two[1]:.2f} * outputs; |error| max {err2.max():.1%})")
     print("Spike retires one instruction per cycle: these are instructions, not a real core's cycles.")
-    print(f"CPU_INSTRUCTIONS_PER_MAC = {per_mac:.2f}\nCPU_INSTRUCTIONS_PER_OUTPUT = {per_output:.2f}")
-
+    print(f"onnx2gemmini/tiling/dw.py:\nCPU_INSTRUCTIONS_PER_MAC = {per_mac:.2f}\n"
+          f"CPU_INSTRUCTIONS_PER_OUTPUT = {per_output:.2f}\nCPU_INSTRUCTIONS_PER_PIXEL = {per_pixel:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -1,17 +1,19 @@
 /*
  * onnx2gemmini CPU-kernel runtime: the plan steps that run on the host core
  * (Quantize, and the CpuOp ops transpose, im2col, maxpool, avgpool, clip,
- * softmax), bit-exact with onnx2gemmini/run/kernels.py and the emulator.
+ * softmax), bit-exact with onnx2gemmini/kernels.py and the emulator.
  *
  * Static memory only (no malloc), no libc beyond <math.h>'s expf (softmax).
  * Correct under -ffast-math (the rocc-tests bare-metal flags use it): the
- * rounding is explicit integer code and no division is rewritten into a
- * multiplication by a reciprocal.
+ * rounding is fcvt.w.s with the static rounding mode rne on RISC-V with an
+ * FPU (inline asm; explicit integer code elsewhere), and no division is
+ * rewritten into a multiplication by a reciprocal (fdiv.s in inline asm).
  *
  * Exactness: the int8 kernels, o2g_quantize and the float kernels made of
  * +, -, *, / (binary, affine, concat's requantization, linear resize) are exact: each float
- * operation is rounded separately, as NumPy does (volatile temporaries keep
- * the compiler from fusing a*b+c into an FMA). Softmax, LRN and LayerNorm
+ * operation is rounded separately, as NumPy does (an empty asm on each
+ * intermediate keeps the compiler from fusing a*b+c into an FMA or
+ * reassociating). Softmax, LRN and LayerNorm
  * call expf/powf/sqrtf and sum in NumPy's order as far as it is known; their
  * int8 results may differ from the emulator by at most 1 LSB.
  *
@@ -43,6 +45,14 @@ void o2g_quantize(const float *x, int8_t *y, size_t count, float scale);
 /* The same, reading NCHW float data and writing NHWC int8. */
 void o2g_quantize_nchw_to_nhwc(const float *x, int8_t *y, int batches, int channels,
                                int rows, int cols, float scale);
+
+/* ONNX DequantizeLinear from int8, zero point 0: y = float32(x) * scale, one rounding (the emulator's
+ * numerics.dequantize). Not called by the generated code yet: for float model outputs. */
+void o2g_dequantize(const int8_t *x, float *y, size_t count, float scale);
+
+/* The same, reading NHWC int8 and writing NCHW float (an image-shaped output in ONNX layout). */
+void o2g_dequantize_nhwc_to_nchw(const int8_t *x, float *y, int batches, int channels, int rows, int cols,
+                                 float scale);
 
 /* y = x transposed by perm (numpy.transpose), rank <= O2G_MAX_RANK;
  * shape is x's shape. */
