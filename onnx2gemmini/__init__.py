@@ -17,19 +17,24 @@ __all__ = ["compile", "diff", "Compiled", "O2GError", "UsageError", "ModelError"
 def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=None,
          calib_method: str = "mse", num_samples: int | None = None, equalize: bool = True,
          tiling: str = "search", bias_correction: bool = True,
-         weight_scales: str = "tensor") -> dict:
-    """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`)."""
+         weight_scales: str = "tensor", limits=None) -> dict:
+    """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).
+
+    `limits` overrides size limits as in `compile` (e.g. {"data_samples": 10}); they apply to `data` too.
+    """
+    from . import limits as size_limits
     from .data import load_data, random_data
     from .compare import run_diff
 
-    compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                       calib_method=calib_method, equalize=equalize, tiling=tiling,
-                       bias_correction=bias_correction, weight_scales=weight_scales)
-    inputs = compiled.graph.inputs
-    if data is not None:
-        dataset = load_data(data, inputs)
-    elif calib is not None:
-        dataset = load_data(calib, inputs)
-    else:
-        dataset = random_data(inputs, seed=1)
-    return run_diff(compiled, dataset.head(num_samples))
+    with size_limits.applied(limits):
+        compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                           calib_method=calib_method, equalize=equalize, tiling=tiling,
+                           bias_correction=bias_correction, weight_scales=weight_scales)
+        inputs = compiled.graph.inputs
+        if data is not None:
+            dataset = load_data(data, inputs)
+        elif calib is not None:
+            dataset = load_data(calib, inputs)
+        else:
+            dataset = random_data(inputs, seed=1)
+        return run_diff(compiled, dataset.head(num_samples))

@@ -164,10 +164,9 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
     from . import diff as run
 
     _setup_logging(verbose, quiet)
-    with limits.applied(limit):
-        result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                     calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
-                     bias_correction=bias_correction, weight_scales=weight_scales)
+    result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                 calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
+                 bias_correction=bias_correction, weight_scales=weight_scales, limits=limit)
     if as_json:
         _emit_json(result)
     elif not quiet:

@@ -132,18 +132,15 @@ class Jit:
 
 def run_isolated(text: str, lib: Path, output_shapes: list[tuple], samples: list[list[np.ndarray]],
                  timeout: float = 300, expected: list[list[np.ndarray]] | None = None) -> list:
-    """Jit(...) over `samples` (with each sample's `expected` check values, see Jit) in a forked child: the C
-    adapter exits the process on a bad call, which must fail one test, not end the test run. The child's
-    stdout is the error message."""
-    context = multiprocessing.get_context("fork")
+    """Jit(...) over `samples` (with each sample's `expected` check values, see Jit) in a child process: the C
+    adapter exits the process on a bad call, which must fail one test, not end the test run. The child is
+    spawned, not forked: a fork of a test process that already runs threads (onnxruntime's pools, a pytest-xdist
+    worker's) may abort in the child. The child's stdout is the error message."""
+    context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    with tempfile.TemporaryFile() as log:
-        def child():
-            os.dup2(log.fileno(), 1)
-            jit = Jit(text, lib, output_shapes)
-            send.send([jit(inputs, expected[i] if expected else None) for i, inputs in enumerate(samples)])
-
-        process = context.Process(target=child)
+    with tempfile.NamedTemporaryFile() as log:
+        process = context.Process(target=_jit_child, args=(send, log.name, text, str(lib), output_shapes, samples,
+                                                            expected))
         process.start()
         send.close()
         try:
@@ -156,6 +153,13 @@ def run_isolated(text: str, lib: Path, output_shapes: list[tuple], samples: list
             log.seek(0)
             raise RuntimeError(f"the lowered module failed (exit {process.exitcode}): {log.read().decode().strip()}")
     return results
+
+
+def _jit_child(send, log_path: str, text: str, lib: str, output_shapes, samples, expected) -> None:
+    with open(log_path, "wb") as log:
+        os.dup2(log.fileno(), 1)
+    jit = Jit(text, Path(lib), output_shapes)
+    send.send([jit(inputs, expected[i] if expected else None) for i, inputs in enumerate(samples)])
 
 
 def main_c(input_shapes: list[tuple], output_shapes: list[tuple]) -> str:

@@ -418,8 +418,8 @@ def test_module_and_runtime_are_a_complete_program(digits, host_runtime, tmp_pat
 
 
 ADAPTER_BUILDS = {
-    "c99_pedantic": ("cc", ["-std=c99", "-Wpedantic", "-Wconversion"]),
-    "c11": ("cc", ["-std=c11"]),
+    "c99_pedantic": (os.environ.get("CC", "cc"), ["-std=c99", "-Wpedantic", "-Wconversion"]),
+    "c11": (os.environ.get("CC", "cc"), ["-std=c11"]),
     "riscv64_picolibc": ("riscv64-unknown-elf-gcc", ["-march=rv64gc", "-mabi=lp64d", "--specs=picolibc.specs",
                                                      "-std=gnu99"]),
 }

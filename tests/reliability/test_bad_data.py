@@ -186,6 +186,14 @@ def test_an_endless_iterable_stops_at_the_sample_limit():
         o2g.compile(conv_model(), calib=endless(), limits={"data_samples": 50})
 
 
+def test_diff_applies_the_limits_to_its_evaluation_data(tmp_path):
+    np.savez(tmp_path / "eval.npz", x=np.repeat(GOOD, 3, axis=0))
+    limit = {"data_samples": len(GOOD)}
+    assert o2g.diff(conv_model(), calib=GOOD, data=GOOD, limits=limit)["samples"] == len(GOOD)
+    with pytest.raises(o2g.DataError, match="eval.npz.*data_samples"):
+        o2g.diff(conv_model(), calib=GOOD, data=tmp_path / "eval.npz", limits=limit)
+
+
 @pytest.mark.parametrize("calib,error,fragment", [
     (12, o2g.UsageError, "got int"),
     (b"bytes", o2g.UsageError, "got bytes"),
