@@ -144,7 +144,9 @@ def run_diff(compiled: Compiled, data: Dataset) -> dict:
 def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
     outputs = {}
     for name in fp32_out:
-        ref, ours = np.concatenate(fp32_out[name]), np.concatenate(int8_out[name])
+        # samples one after the other (a scalar output is one value per sample)
+        ref = np.concatenate([np.atleast_1d(r) for r in fp32_out[name]])
+        ours = np.concatenate([np.atleast_1d(o) for o in int8_out[name]])
         outputs[name] = {
             "fp32_vs_int8": {"max_abs": float(np.max(np.abs(ref - ours))), "cosine": cosine(ref, ours),
                              "sqnr_db": sqnr_db(ref, ours), "top1_agreement": top1_agreement(ref, ours)},

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "onnx2gemmini" / "runtime"
 sys.path.insert(0, str(ROOT))
 
-from onnx2gemmini import kernels, numerics  # noqa: E402  (the NumPy reference kernels)
+from onnx2gemmini import cpu, kernels, numerics  # noqa: E402  (the NumPy reference kernels; the table's)
 
 GUARD = 0x5A       # output bytes around (and, for concat_part, inside) the written region
 OUT_SLACK = 64     # guard bytes checked on each side of an output
@@ -354,6 +354,17 @@ def layernorm_case(rng, outer, n, eps=1e-5, in_scale=0.03, out_scale=0.02) -> Ca
                 f"{c_float(out_scale)});", [x, gamma, beta], ref, {"elem": x.size}, tol=1)
 
 
+def reduce_case(rng, outer, axis_len, inner, kind, in_scale=0.03, out_scale=None) -> Case:
+    """The table's own NumPy semantics (cpu.Reduce.run) as the reference; max/min keep the input's scale."""
+    out_scale = out_scale or (in_scale if kind in ("max", "min") else 0.05)
+    x = i8(rng, (outer, axis_len, inner))
+    [ref] = cpu.Reduce(kind, 1, 2, in_scale, out_scale).run([x], [(outer, inner)])
+    k = cpu.float_ops.REDUCE_KINDS.index(kind)
+    return Case(f"reduce {kind} {outer}x{axis_len}x{inner}", "reduce",
+                f"o2g_reduce({{in0}}, {{out}}, {outer}, {axis_len}, {inner}, {k}, {c_float(in_scale)}, "
+                f"{c_float(out_scale)});", [x], ref, {"elem": x.size})
+
+
 def bench_cases(seed: int = 0) -> list[Case]:
     """A few representative sizes per kernel (shapes of the models the project compiles)."""
     r = np.random.default_rng(seed)
@@ -392,6 +403,7 @@ def bench_cases(seed: int = 0) -> list[Case]:
         affine_case(r, 784, 64, 1), affine_case(r, 1, 64, 784), affine_case(r, 784, 32, 1, x_row=96, relu=True),
         lrn_case(r, 784, 64, 1), lrn_case(r, 1, 64, 196),
         layernorm_case(r, 128, 256), layernorm_case(r, 16, 768),
+        reduce_case(r, 1, 196, 64, "mean"), reduce_case(r, 64, 196, 1, "mean"), reduce_case(r, 128, 256, 1, "max"),
     ]
 
 

@@ -2,17 +2,18 @@
 
     moves      transpose, clip, gather, remap, concat, lut: int8 values moved (or requantized), exact
     windows    im2col, maxpool, avgpool, dwconv: sliding windows over NHWC tensors
-    float_ops  quantize, softmax, layernorm, lrn, affine, binary, resize_linear: float32 between DQ and Q
+    float_ops  quantize, softmax, layernorm, lrn, affine, binary, resize_linear, reduce: float32 between DQ
+               and Q
 """
 from .abi import CCall, CFunction, TensorArg
-from .float_ops import Affine, Binary, LayerNorm, Lrn, Quantize, ResizeLinear, Softmax
+from .float_ops import Affine, Binary, LayerNorm, Lrn, Quantize, Reduce, ResizeLinear, Softmax
 from .moves import Clip, Concat, Gather, Lut, Remap, Transpose
 from .table import KERNELS, CallSite, CpuKernel, Operand, Window
 from .windows import Avgpool, Dwconv, Im2col, Maxpool
 
 __all__ = ["KERNELS", "Affine", "Avgpool", "Binary", "CCall", "CFunction", "CallSite", "Clip", "Concat",
            "CpuKernel", "Dwconv", "Gather", "Im2col", "LayerNorm", "Lrn", "Lut", "Maxpool", "Operand", "Quantize",
-           "Remap", "ResizeLinear", "Softmax", "TensorArg", "Transpose", "Window", "functions"]
+           "Reduce", "Remap", "ResizeLinear", "Softmax", "TensorArg", "Transpose", "Window", "functions"]
 
 
 def functions() -> dict[str, CFunction]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..numerics import quantize
 from .. import kernels
-from ..tolerance import FLOAT_REORDERING, Tolerance
+from ..tolerance import EXACT, FLOAT_REORDERING, Tolerance
 from .abi import CCall, CFunction, Float, In, Int, List, Out, Struct
 from .moves import split
 from .table import CallSite, CpuKernel, cpu_kernel
@@ -246,3 +246,52 @@ class ResizeLinear(CpuKernel):
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING
+
+
+REDUCE_KINDS = ("sum", "mean", "max", "min")  # the order of enum o2g_reduce_kind
+REDUCE = CFunction("o2g_reduce", (X, Y, ("outer", Int("size_t")), ("axis_len", Int("size_t")),
+                                  ("inner", Int("size_t")),
+                                  ("kind", Int("int", tuple(f"O2G_REDUCE_{k.upper()}" for k in REDUCE_KINDS))),
+                                  *SCALES))
+
+
+@cpu_kernel("reduce", REDUCE)
+@dataclass(frozen=True)
+class Reduce(CpuKernel):
+    """ONNX ReduceSum/Mean/Max/Min over the axes [start, stop) of the input (adjacent: the lowering moves
+    other reduced axes next to them first). The int8 values are summed exactly as integers (or the
+    extreme picked), then dequantized, divided by the count for the mean, and quantized: C and NumPy
+    agree bit for bit."""
+
+    kind: str
+    start: int
+    stop: int
+    in_scale: float
+    out_scale: float
+
+    def run(self, inputs, out_shapes):
+        x = inputs[0]
+        outer, axis_len, inner = self._split(x.shape)
+        v = x.reshape(outer, axis_len, inner)
+        if self.kind in ("sum", "mean"):
+            r = v.sum(axis=1, dtype=np.int64)
+        else:
+            r = v.max(axis=1) if self.kind == "max" else v.min(axis=1)
+        f = r.astype(np.float32) * np.float32(self.in_scale)
+        if self.kind == "mean":
+            f = f / np.float32(axis_len)
+        return [quantize(f, self.out_scale).reshape(out_shapes[0])]
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(REDUCE, (x.arg(), site.outputs[0].arg(), *self._split(x.shape),
+                               REDUCE_KINDS.index(self.kind), self.in_scale, self.out_scale))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        """onnxruntime sums the dequantized float32 values (in its own order) where we sum the integers:
+        a rounding boundary is crossed rarely. The largest and smallest values are exact."""
+        return FLOAT_REORDERING if self.kind in ("sum", "mean") else EXACT
+
+    def _split(self, shape) -> tuple[int, int, int]:
+        prod = lambda dims: int(np.prod(dims, dtype=np.int64))  # noqa: E731
+        return prod(shape[:self.start]), prod(shape[self.start:self.stop]), prod(shape[self.stop:])

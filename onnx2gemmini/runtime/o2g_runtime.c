@@ -2023,3 +2023,45 @@ void o2g_layernorm(const int8_t *x, const float *gamma, const float *beta, int8_
         }
     }
 }
+
+/* ---- reductions ------------------------------------------------------------------------------------ */
+
+#define O2G_REDUCE_CHUNK 64 /* inner positions reduced at once: int32 accumulators on the stack */
+
+static int8_t o2g_reduce_out(int32_t r, int kind, size_t axis_len, float in_scale, float out_scale)
+{
+    float v = (float)r * in_scale;
+    O2G_KEEP(v);
+    if (kind == O2G_REDUCE_MEAN)
+        v = o2g_fdiv(v, (float)axis_len);
+    return o2g_q(v, out_scale);
+}
+
+void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner, int kind,
+                float in_scale, float out_scale)
+{
+    const int add = kind == O2G_REDUCE_SUM || kind == O2G_REDUCE_MEAN, largest = kind == O2G_REDUCE_MAX;
+    size_t o, i0, i, k;
+    for (o = 0; o < outer; o++, x += axis_len * inner, y += inner)
+        for (i0 = 0; i0 < inner; i0 += O2G_REDUCE_CHUNK) {
+            const size_t n = inner - i0 < O2G_REDUCE_CHUNK ? inner - i0 : O2G_REDUCE_CHUNK;
+            int32_t acc[O2G_REDUCE_CHUNK];
+            const int8_t *row = x + i0;
+            for (i = 0; i < n; i++)
+                acc[i] = row[i];
+            for (k = 1; k < axis_len; k++) {
+                row += inner;
+                if (add)
+                    for (i = 0; i < n; i++)
+                        acc[i] += row[i];
+                else if (largest)
+                    for (i = 0; i < n; i++)
+                        acc[i] = row[i] > acc[i] ? row[i] : acc[i];
+                else
+                    for (i = 0; i < n; i++)
+                        acc[i] = row[i] < acc[i] ? row[i] : acc[i];
+            }
+            for (i = 0; i < n; i++)
+                y[i0 + i] = o2g_reduce_out(acc[i], kind, axis_len, in_scale, out_scale);
+        }
+}

@@ -217,6 +217,10 @@ MODELS = {
     "conv_transpose_dilated_im2col": lambda: conv_transpose_model(dilations=[2, 2], strides=[2, 1]),
     "conv_transpose_grouped_same_lower": lambda: conv_transpose_model(c=4, oc=6, group=2, strides=[2, 2],
                                                                       auto_pad="SAME_LOWER"),
+    "reduce_mean_spatial_gemmini": lambda: after_conv("ReduceMean", axes=[2, 3], keepdims=0),
+    "reduce_mean_rect_cpu": lambda: unary("ReduceMean", shape=(2, 3, 4, 6), axes=[2, 3]),
+    "reduce_max_axes_apart_nhwc": lambda: after_conv("ReduceMax", axes=[1, 3], keepdims=0),
+    "reduce_sum_channels": lambda: single("ReduceSum", (1, 5, 3, 3), {"axes": np.array([1], np.int64)}, ("axes",)),
 }
 
 # Compile options of the cases that need other than the defaults.

@@ -22,7 +22,9 @@ from onnx2gemmini.emit.c import GEMMINI_VERSION, c_files, write_c
 from onnx2gemmini.emit.c_kernels import c_float
 from onnx2gemmini.emit.checks import c_tolerance
 from onnx2gemmini.memory import plan_memory
-from onnx2gemmini.plan import Conv, Matmul
+from onnx2gemmini import cpu
+from onnx2gemmini import plan as plan_module
+from onnx2gemmini.plan import Conv, CpuOp, Matmul, Step
 from onnx2gemmini.run import hostc
 from onnx2gemmini.run.emulator import Emulator
 from onnx2gemmini.run.selftest import selftest_case
@@ -292,6 +294,18 @@ def test_tiles_that_do_not_fit_fail_loudly(workdir, digits):
 
 
 # --- every supported op ----------------------------------------------------------------------------
+
+def test_models_cover_every_cpu_kernel_and_gemmini_call():
+    """A kernel added to the CPU table (or a new Gemmini step kind) must get a model here, or this fails."""
+    seen = set()
+    for name, build in MODELS.items():
+        model = build()
+        plan = o2g.compile(model, calib=random_dataset(model, 2, 0), **OPTIONS.get(name, {})).plan
+        seen |= {s.params.op if isinstance(s, CpuOp) else s.kind for s in plan.steps}
+    gemmini_kinds = {cls.kind for cls in vars(plan_module).values()
+                     if isinstance(cls, type) and issubclass(cls, Step) and cls not in (Step, CpuOp)}
+    assert (set(cpu.KERNELS) | gemmini_kinds) - seen == set()
+
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_host_program_matches_emulator(workdir, name):
