@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx.utils import Extractor
 
 from .calibrate import session
@@ -49,6 +50,7 @@ class _Layer:
     tensor: str
     inputs: list[str]
     tolerance: Tolerance
+    unfused: bool = False  # checked against onnxruntime's basic level (cpu.CpuKernel.golden_unfused)
     ref: list = field(default_factory=list)
     ours: list = field(default_factory=list)
     lsb: int = 0
@@ -70,7 +72,8 @@ def _layers(compiled: Compiled) -> list[_Layer]:
         tolerance = EXACT
         for s in steps:
             tolerance = tolerance.combine(step_tolerance(s, plan))
-        layers.append(_Layer(node.name, node.op_type, node.outputs[0], inputs, tolerance))
+        unfused = any(isinstance(s, CpuOp) and s.params.golden_unfused for s in steps)
+        layers.append(_Layer(node.name, node.op_type, node.outputs[0], inputs, tolerance, unfused))
     return layers
 
 
@@ -96,7 +99,8 @@ def run_diff(compiled: Compiled, data: Dataset) -> dict:
     for layer in layers:
         feeds = [input_tensor_name(graph, t) for t in layer.inputs]
         sub = extractor.extract_model(feeds, [layer.tensor])
-        sub_sessions[layer.name] = (session(sub), feeds)
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if layer.unfused else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sub_sessions[layer.name] = (session(sub, level=level), feeds)
     emulator = Emulator(plan)
     holders = _holders(plan)
 

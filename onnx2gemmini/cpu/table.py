@@ -55,6 +55,10 @@ class CpuKernel:
     op: ClassVar[str] = ""
     functions: ClassVar[tuple[CFunction, ...]] = ()   # every C function `calls` may use
     c_exactness: ClassVar[Tolerance] = EXACT
+    # True: `diff` checks the op against onnxruntime's own float kernel of the QDQ model as written (its basic
+    # optimization level), because the integer kernel onnxruntime fuses it into at its default level is an
+    # approximation of those semantics, not the semantics (QLinearSoftmax)
+    golden_unfused: ClassVar[bool] = False
 
     def run(self, inputs: list[np.ndarray], out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
         """The op's outputs from its inputs (int8 activations at their scales, constants as stored)."""

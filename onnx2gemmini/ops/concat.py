@@ -34,11 +34,11 @@ class ConcatHandler(Handler):
             y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
             axis = NCHW_TO_NHWC_AXIS[axis]
         elif rank == 4 and axis == 1:
-            sources = [to_nhwc(node, ctx, t, lowered) for t in sources]
+            sources = _each_once(lambda t: to_nhwc(node, ctx, t, lowered), sources)
             y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
             axis = 3
         else:
-            sources = [to_plain(node, ctx, t, lowered) for t in sources]
+            sources = _each_once(lambda t: to_plain(node, ctx, t, lowered), sources)
             y = ctx.output(node.output, out_shape)
         lowered.tensors.append(y)
         scales = [t.scale for t in sources]
@@ -48,3 +48,12 @@ class ConcatHandler(Handler):
                                    reason="concatenation is a memory copy" +
                                    (" with requantization of inputs at another scale" if requant else "")))
         return lowered
+
+
+def _each_once(convert, sources: list) -> list:
+    """`convert` applied once per distinct tensor: an input may be concatenated with itself."""
+    done = {}
+    for t in sources:
+        if t.id not in done:
+            done[t.id] = convert(t)
+    return [done[t.id] for t in sources]
