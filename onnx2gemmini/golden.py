@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .einsum import matmul_form
 from .graph import Graph, Node, topological
 from .ops.registry import lookup
 from .quantize import QuantTable
@@ -158,6 +159,26 @@ class _Builder:
             attrs = {k: v for k, v in node.attrs.items() if k == "epsilon"}
             self.node(op, [self.operand(i) for i in ins], [raw], name=node.name, **attrs)
             self.activation_chain(node, raw)
+        elif op == "Einsum":  # a batched matmul form: the MatMul onnxruntime runs as exact QLinearMatMul
+            form = matmul_form(node.attrs["equation"])
+            operands = []
+            for k, (name, perm) in enumerate(zip(ins, (form.perm_a, form.perm_b))):
+                if perm is not None:
+                    self.node("Transpose", [name], [f"{out}__in{k}"], name=f"{node.name}__in{k}", perm=list(perm))
+                    name = f"{out}__in{k}"
+                operands.append(name)
+            product = raw if form.perm_out is None else f"{raw}__product"
+            self.node("MatMul", operands, [product], name=node.name)
+            if form.perm_out is not None:
+                self.node("Transpose", [product], [raw], name=f"{node.name}__out", perm=list(form.perm_out))
+            self.activation_chain(node, raw)
+        elif op == "Split":  # several outputs, each quantized on its own
+            attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
+            self.node(op, [self.operand(i) for i in ins], [f"{o}__preq" if o else "" for o in node.outputs],
+                      name=node.name, **attrs)
+            for o in node.outputs:
+                if o:
+                    self.qdq(f"{o}__preq", o)
         elif op == "Dropout":  # inference: the identity
             self.node("Identity", [ins[0]], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)

@@ -83,7 +83,7 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
                                reason="model outputs are written in ONNX order"))
             t = out
         outputs.append(t.id)
-    steps = [restride(s, tensors) for s in concat_in_place(tensors, steps, outputs)]
+    steps = [restride(s, tensors) for s in concat_in_place(tensors, steps, outputs, constants)]
     return Plan(model_name, sha256, graph.opset, config, tensors, constants, tuple(steps), tuple(inputs),
                 tuple(outputs), {"method": quant.method, "num_samples": quant.num_samples})
 

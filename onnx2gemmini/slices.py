@@ -51,12 +51,14 @@ def _strided_writer(step: Step, tensors: dict[str, Tensor]) -> bool:
     return isinstance(step, (Matmul, Conv))
 
 
-def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list[str]) -> list[Step]:
+def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list[str],
+                    constants: dict | None = None) -> list[Step]:
     """Concats on the last storage axis (NHWC channels) whose inputs a Gemmini matmul/conv (or an earlier
     concat) writes at the concat's own scale: those inputs become slices of the concat buffer, written in
     place, as long as everything else reading them can read strided rows. The concat copies the rest (its
     `in_place` flags say which); a concat left with nothing to copy is dropped. An input that already has
-    slices of its own (a nested concat) takes them along. Mutates `tensors`; returns the new step list."""
+    slices of its own (a nested concat) takes them along. A constant input (in `constants`) is always
+    copied. Mutates `tensors`; returns the new step list."""
     writers: dict[str, list[int]] = {}
     readers: dict[str, list[int]] = {}
     for i, step in enumerate(steps):
@@ -76,6 +78,10 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
             continue
         flags, offset = [], 0
         for tid, scale in zip(step.inputs, step.params.in_scales):
+            if tid not in tensors:  # a constant operand
+                flags.append(False)
+                offset += (constants or {})[tid].shape[-1]
+                continue
             t = tensors[tid]
             ok = (scale == step.params.out_scale and t.dtype == "int8" and t.view_of is None
                   and t.slice_of is None and tid not in outputs and tid not in viewed

@@ -69,4 +69,7 @@ def test_resadd_scales_keep_both_inputs_unsaturated(sa, sb, so):
 def test_resadd_error_bounds():
     assert numerics.resadd_tolerance(1.0) == 1 and numerics.resadd_tolerance(4.2) == 3
     assert numerics.resadd_mismatch_rate(1.0, 1.0, 3.0) == 0.0
-    assert numerics.resadd_mismatch_rate(0.5, 1.0, 2.0) == 0.5
+    assert numerics.resadd_mismatch_rate(0.5, 1.0, 2.0) == 1.0      # odd values rescale to x.5: shift 1/2
+    assert numerics.resadd_mismatch_rate(0.5, 1.0, 0.8) == pytest.approx(0.4)
+    assert numerics.resadd_mismatch_rate(0.25, 1.0, 1.0) == 0.5     # q = 2 mod 4 -> x.5
+    assert numerics.resadd_mismatch_rate(1.0, 0.75, 1.0) == 0.5     # q = 2 -> 1.5

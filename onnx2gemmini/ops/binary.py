@@ -1,5 +1,5 @@
 """Sub, Mul, Div, PRelu, and the Adds Gemmini's resadd cannot take (broadcasting, constants): a float kernel
-on the CPU — dequantize, compute in float32, quantize (1 LSB tolerance vs onnxruntime)."""
+on the CPU — dequantize, compute in float32, quantize (exact against onnxruntime's float kernels)."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,7 +48,7 @@ def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
 
 class _CpuBinary(Handler):
     gemmini = "none: a float kernel on the CPU (broadcasting, constants)"
-    limits = "1 LSB tolerance vs onnxruntime"
+    limits = "exact against onnxruntime's float evaluation of the QDQ model"
 
     def check(self, node, ctx):
         return ["both operands constant"] if all(node.is_const(t) for t in node.inputs) else []
@@ -64,7 +64,7 @@ for _op in ("Sub", "Mul", "Div"):
 @handler("PRelu", since=9)
 class PReluHandler(Handler):
     gemmini = "none: a float kernel on the CPU"
-    limits = "constant slope (scalar, per channel or any shape broadcasting to the input); 1 LSB tolerance"
+    limits = "constant slope (scalar, per channel or any shape broadcasting to the input); exact"
 
     def check(self, node, ctx):
         return [] if node.is_const(node.inputs[1]) else ["non-constant slope"]

@@ -3,8 +3,11 @@ copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requ
 After lowering, slices.concat_in_place lets Gemmini producers write their channels in place instead."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import cpu
 from ..graph import NodeView
+from ..numerics import quantize
 from ..plan import CpuOp
 from .common import to_nhwc, to_plain
 from .context import LowerContext
@@ -22,28 +25,39 @@ class ConcatHandler(Handler):
     output_scale = "shared"
 
     def check(self, node, ctx):
-        return ["constant operand"] if any(node.is_const(t) for t in node.inputs) else []
+        return [] if any(t and not node.is_const(t) for t in node.inputs) else ["only constant operands"]
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
-        sources = [ctx.tensor(t) for t in node.inputs if t]
+        names = [t for t in node.inputs if t]
+        sources = {t: ctx.tensor(t) for t in names if not node.is_const(t)}
         rank = len(node.shape(node.output))
         axis = node.attr("axis") % rank
         out_shape = node.shape(node.output)
-        if rank == 4 and all(t.layout == "NHWC" for t in sources):
+        nhwc = rank == 4 and (axis == 1 or all(t.layout == "NHWC" for t in sources.values()))
+        if nhwc:
+            converted = _each_once(lambda t: to_nhwc(node, ctx, t, lowered), list(sources.values()))
             y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
             axis = NCHW_TO_NHWC_AXIS[axis]
-        elif rank == 4 and axis == 1:
-            sources = _each_once(lambda t: to_nhwc(node, ctx, t, lowered), sources)
-            y = ctx.output(node.output, (out_shape[0], out_shape[2], out_shape[3], out_shape[1]), "NHWC")
-            axis = 3
         else:
-            sources = _each_once(lambda t: to_plain(node, ctx, t, lowered), sources)
+            converted = _each_once(lambda t: to_plain(node, ctx, t, lowered), list(sources.values()))
             y = ctx.output(node.output, out_shape)
+        sources = dict(zip(sources, converted))
         lowered.tensors.append(y)
-        scales = [t.scale for t in sources]
+        ids, scales = [], []
+        for k, name in enumerate(names):
+            if name in sources:
+                ids.append(sources[name].id)
+                scales.append(sources[name].scale)
+                continue
+            # a constant operand (ViT's class token): int8 at the output's scale, as the golden's Q makes it
+            value = np.asarray(node.const(name), np.float32)
+            cid = ctx.const_id(node.name, f"const{k}")
+            lowered.constants[cid] = quantize(value.transpose(0, 2, 3, 1) if nhwc else value, y.scale)
+            ids.append(cid)
+            scales.append(y.scale)
         requant = any(s != y.scale for s in scales)
-        lowered.steps.append(CpuOp(node.name, inputs=tuple(t.id for t in sources), outputs=(y.id,),
+        lowered.steps.append(CpuOp(node.name, inputs=tuple(ids), outputs=(y.id,),
                                    params=cpu.Concat(axis, tuple(scales), y.scale),
                                    reason="concatenation is a memory copy" +
                                    (" with requantization of inputs at another scale" if requant else "")))

@@ -1,4 +1,4 @@
-"""ReduceMean, ReduceSum, ReduceMax, ReduceMin: the mean over a square feature map (the global pooling of
+"""ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceL2: the mean over a square feature map (the global pooling of
 ShuffleNetV2, MNASNet and most `x.mean([2, 3])` heads) is Gemmini's global average; every other reduction
 is an exact int8 CPU kernel (cpu.Reduce)."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
 MAX_REDUCED = 1 << 24  # values summed into one output: the int32 sum cannot overflow, float32 holds it exactly
+MAX_SQUARED = (1 << 31) // (128 * 128)  # squares summed into one output (ReduceL2) within int32
 
 
 class _Reduce(Handler):
@@ -39,7 +40,8 @@ class _Reduce(Handler):
         count = 1
         for a in axes:
             count *= shape[a]
-        return [] if count <= MAX_REDUCED else [f"{count:,} values reduced into one (at most {MAX_REDUCED:,})"]
+        limit = MAX_SQUARED if self.kind == "l2" else MAX_REDUCED
+        return [] if count <= limit else [f"{count:,} values reduced into one (at most {limit:,})"]
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
@@ -68,7 +70,7 @@ class _Reduce(Handler):
         lowered.tensors.append(y)
         params = cpu.Reduce(self.kind, start, start + len(axes), x.scale, y.scale)
         reason = ("Gemmini averages square H x W maps only" if self.kind == "mean"
-                  else f"Gemmini has no {self.kind} reduction")
+                  else f"Gemmini has no {self.kind.upper() if self.kind == 'l2' else self.kind} reduction")
         lowered.steps.append(CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=params, reason=reason))
         return lowered
 
@@ -91,7 +93,7 @@ def _register(op: str, kind: str, input_since: int) -> None:
                          else "none: an exact int8 kernel on the CPU"),
              "limits": f"{'other axes ' if kind == 'mean' else ''}on the CPU; constant axes; {exact}",
              # a mean, largest or smallest value stays within the input's range; a sum does not
-             "output_scale": "calibrated" if kind == "sum" else "input"}
+             "output_scale": "calibrated" if kind in ("sum", "l2") else "input"}
     handler(op, since=1)(type(f"{op}Handler", (_Reduce,), dict(attrs)))
     handler(op, since=input_since)(type(f"{op}AxesInputHandler", (_Reduce,), {**attrs, "axes_input": True}))
 
@@ -100,3 +102,4 @@ _register("ReduceMean", "mean", 18)
 _register("ReduceSum", "sum", 13)
 _register("ReduceMax", "max", 18)
 _register("ReduceMin", "min", 18)
+_register("ReduceL2", "l2", 18)

@@ -2030,7 +2030,12 @@ void o2g_layernorm(const int8_t *x, const float *gamma, const float *beta, int8_
 
 static int8_t o2g_reduce_out(int32_t r, int kind, size_t axis_len, float in_scale, float out_scale)
 {
-    float v = (float)r * in_scale;
+    float v = (float)r;
+    if (kind == O2G_REDUCE_L2) {
+        v = sqrtf(v);
+        O2G_KEEP(v);
+    }
+    v = v * in_scale;
     O2G_KEEP(v);
     if (kind == O2G_REDUCE_MEAN)
         v = o2g_fdiv(v, (float)axis_len);
@@ -2041,6 +2046,7 @@ void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
                 float in_scale, float out_scale)
 {
     const int add = kind == O2G_REDUCE_SUM || kind == O2G_REDUCE_MEAN, largest = kind == O2G_REDUCE_MAX;
+    const int squares = kind == O2G_REDUCE_L2;
     size_t o, i0, i, k;
     for (o = 0; o < outer; o++, x += axis_len * inner, y += inner)
         for (i0 = 0; i0 < inner; i0 += O2G_REDUCE_CHUNK) {
@@ -2048,10 +2054,13 @@ void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
             int32_t acc[O2G_REDUCE_CHUNK];
             const int8_t *row = x + i0;
             for (i = 0; i < n; i++)
-                acc[i] = row[i];
+                acc[i] = squares ? row[i] * row[i] : row[i];
             for (k = 1; k < axis_len; k++) {
                 row += inner;
-                if (add)
+                if (squares)
+                    for (i = 0; i < n; i++)
+                        acc[i] += row[i] * row[i];
+                else if (add)
                     for (i = 0; i < n; i++)
                         acc[i] += row[i];
                 else if (largest)

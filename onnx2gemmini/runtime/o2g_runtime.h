@@ -153,11 +153,12 @@ void o2g_lrn(const int8_t *x, int8_t *y, size_t outer, size_t channels, size_t i
 void o2g_layernorm(const int8_t *x, const float *gamma, const float *beta, int8_t *y, size_t outer,
                    size_t norm_size, float epsilon, float in_scale, float out_scale);
 
-/* ONNX ReduceSum / ReduceMean / ReduceMax / ReduceMin of x viewed as [outer][axis_len][inner] over
- * axis_len, between DequantizeLinear and QuantizeLinear: the int8 values are summed as integers
- * (exactly) or the largest / smallest picked, then v = float32(r) * in_scale (divided by axis_len for
- * the mean) and y = QuantizeLinear(v, out_scale). Exact. */
-enum o2g_reduce_kind { O2G_REDUCE_SUM, O2G_REDUCE_MEAN, O2G_REDUCE_MAX, O2G_REDUCE_MIN };
+/* ONNX ReduceSum / ReduceMean / ReduceMax / ReduceMin / ReduceL2 of x viewed as [outer][axis_len][inner]
+ * over axis_len, between DequantizeLinear and QuantizeLinear: the int8 values (or their squares) are
+ * summed as integers (exactly) or the largest / smallest picked, then v = float32(r) * in_scale (divided
+ * by axis_len for the mean; sqrtf(float32(r)) * in_scale for L2) and y = QuantizeLinear(v, out_scale).
+ * The integer sums must fit int32 (axis_len * 127 or * 16384 for L2). Exact. */
+enum o2g_reduce_kind { O2G_REDUCE_SUM, O2G_REDUCE_MEAN, O2G_REDUCE_MAX, O2G_REDUCE_MIN, O2G_REDUCE_L2 };
 void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner, int kind,
                 float in_scale, float out_scale);
 

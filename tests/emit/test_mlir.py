@@ -335,6 +335,7 @@ MODELS = {
         ("conv_transpose_stride2", ["@o2g_rt_remap", "gemmini.tile_conv"]),
         ("conv_transpose_dilated_im2col", ["@o2g_rt_remap", "@o2g_rt_im2col", "gemmini.tile_matmul"]),
         ("reduce_mean_spatial_gemmini", ["@o2g_rt_global_average"]),
+        ("concat_constant_nhwc", ["@o2g_rt_concat_part"]),
         ("reduce_mean_rect_cpu", ["@o2g_rt_reduce"]),
         ("reduce_max_axes_apart_nhwc", ["@o2g_rt_transpose", "@o2g_rt_reduce"]),
         ("reduce_sum_channels", ["@o2g_rt_reduce"]))},

@@ -41,3 +41,21 @@ def test_concat_requantizes_a_fixed_scale_input():
 def test_concat_of_inputs_other_axes(axis, shape):
     nodes = [helper.make_node("Concat", ["a", "b"], ["y"], axis=axis)]
     assert_matches_ort(infer_outputs(nodes, {"a": list(shape), "b": list(shape)}))
+
+
+@pytest.mark.parametrize("case", ["class_token_3d", "constant_channels_nhwc"])
+def test_constant_operands_are_quantized_at_the_output_scale(case):
+    """ViT's class token (and position-like constants): int8 at the concat's scale, exactly as the golden's Q."""
+    r = np.random.default_rng(4)
+    if case == "class_token_3d":
+        nodes = [helper.make_node("MatMul", ["x", "m"], ["h"]), helper.make_node("Concat", ["t", "h"], ["y"], axis=1)]
+        inits = {"m": r.standard_normal((5, 6)).astype(np.float32), "t": r.standard_normal((1, 1, 6)).astype(np.float32)}
+        shape = [1, 4, 5]
+    else:
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Concat", ["c", "k"], ["y"], axis=1)]
+        inits = {"w": r.uniform(-0.3, 0.3, (4, 3, 3, 3)).astype(np.float32),
+                 "k": r.standard_normal((1, 2, 4, 4)).astype(np.float32)}
+        shape = [1, 3, 4, 4]
+    compiled, result = assert_matches_ort(infer_outputs(nodes, {"x": shape}, inits))
+    assert result["layers"][-1]["op"] == "Concat" and result["layers"][-1]["mismatches_vs_ort_qdq"] == 0

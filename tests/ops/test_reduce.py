@@ -43,6 +43,8 @@ CASES = {
     "max_channels": ("ReduceMax", (1, 8, 5, 5), (1,), 1, True),
     "max_apart_drop": ("ReduceMax", (2, 3, 4, 5), (0, 2), 0, False),
     "min_last": ("ReduceMin", (4, 9), (1,), 0, False),
+    "l2_last_axis": ("ReduceL2", (2, 6, 16), (-1,), 1, False),
+    "l2_channels_nhwc": ("ReduceL2", (1, 8, 4, 4), (1,), 1, True),
 }
 
 
@@ -76,7 +78,7 @@ def test_axes_computed_at_run_time_are_refused():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(("sum", "mean", "max", "min")), st.lists(st.integers(1, 5), min_size=1, max_size=4),
+@given(st.sampled_from(("sum", "mean", "max", "min", "l2")), st.lists(st.integers(1, 5), min_size=1, max_size=4),
        st.data())
 def test_kernel_agrees_with_numpy_reductions(kind, shape, data):
     """The table's NumPy semantics: the reduction of the dequantized values, quantized (max/min exactly)."""
@@ -88,6 +90,7 @@ def test_kernel_agrees_with_numpy_reductions(kind, shape, data):
     [y] = cpu.Reduce(kind, start, stop, s_in, s_out).run([x], [out_shape])
     axes = tuple(range(start, stop))
     f = x.astype(np.float64) * s_in
-    ref = {"sum": f.sum(axes), "mean": f.mean(axes), "max": f.max(axes), "min": f.min(axes)}[kind] / s_out
+    ref = {"sum": f.sum(axes), "mean": f.mean(axes), "max": f.max(axes), "min": f.min(axes),
+           "l2": np.sqrt((f * f).sum(axes))}[kind] / s_out
     assert y.shape == out_shape
-    assert np.abs(y.astype(np.int32) - np.clip(np.rint(ref), -128, 127)).max(initial=0) <= (kind in ("sum", "mean"))
+    assert np.abs(y.astype(np.int32) - np.clip(np.rint(ref), -128, 127)).max(initial=0) <= (kind in ("sum", "mean", "l2"))

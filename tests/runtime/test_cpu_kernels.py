@@ -155,7 +155,8 @@ def kernel_cases() -> list:
         c.append(B.layernorm_case(r, outer, n))
     # reductions: chunks of 64 inner positions and their tails, a single value, ties of the mean, saturation
     for outer, axis_len, inner, kind in [(1, 1, 1, "sum"), (2, 5, 3, "sum"), (1, 7, 130, "mean"), (3, 4, 64, "mean"),
-                                         (2, 200, 1, "mean"), (1, 9, 65, "max"), (4, 3, 1, "min"), (1, 300, 2, "sum")]:
+                                         (2, 200, 1, "mean"), (1, 9, 65, "max"), (4, 3, 1, "min"), (1, 300, 2, "sum"),
+                                         (2, 16, 3, "l2"), (1, 70, 66, "l2")]:
         c.append(B.reduce_case(r, outer, axis_len, inner, kind))
     c.append(B.reduce_case(r, 2, 4, 5, "mean", in_scale=1.0, out_scale=1.0))   # sums of 4 ints: ties at .5
     c.append(B.reduce_case(r, 1, 50, 8, "sum", in_scale=0.1, out_scale=0.01))  # saturates both ways
