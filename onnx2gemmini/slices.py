@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .cpu import Concat, Remap
 from .plan import Conv, CpuOp, Matmul, Plan, Step, Tensor, row_stride
 
@@ -20,15 +22,25 @@ def is_slice(tensors: dict[str, Tensor], tid: str | None) -> bool:
     return tid in tensors and tensors[tid].slice_of is not None
 
 
+def _strided(tensors: dict[str, Tensor], tid: str | None) -> bool:
+    """A slice whose rows are apart in its base: a single-row slice (a contiguous range, such as one batch
+    of a flat view) keeps the step's own dense strides."""
+    if not is_slice(tensors, tid):
+        return False
+    t = tensors[tid]
+    return int(np.prod(t.shape[:-1], dtype=np.int64)) > 1 and row_stride(tensors, tid) != t.shape[-1]
+
+
 def restride(step: Step, tensors: dict[str, Tensor]) -> Step:
-    """Row strides of a Matmul or Conv from its operands: the parent's width for slices, dense otherwise."""
+    """Row strides of a Matmul or Conv from its operands: the parent's width for strided slices, dense
+    otherwise."""
     if isinstance(step, Matmul):
         strides = {field: row_stride(tensors, tid) for field, tid in
-                   (("stride_A", step.A), ("stride_B", step.B), ("stride_C", step.C)) if is_slice(tensors, tid)}
+                   (("stride_A", step.A), ("stride_B", step.B), ("stride_C", step.C)) if _strided(tensors, tid)}
         return dataclasses.replace(step, **strides) if strides else step
     if isinstance(step, Conv):
         strides = {field: row_stride(tensors, tid) for field, tid in
-                   (("in_stride", step.input), ("out_stride", step.output)) if is_slice(tensors, tid)}
+                   (("in_stride", step.input), ("out_stride", step.output)) if _strided(tensors, tid)}
         return dataclasses.replace(step, **strides) if strides else step
     return step
 

@@ -122,7 +122,9 @@ class MatMulHandler(Handler):
 
 
 def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor) -> Lowered:
-    """A x B of two int8 activations: one Gemmini matmul per batch, on CPU-sliced copies when batched."""
+    """A x B of two int8 activations: one Gemmini matmul per batch. Each batch of A, B and the result is a
+    contiguous range of its buffer, so the matmuls read and write them in place (slices of flat views);
+    operands that are themselves strided slices are copied per batch first."""
     lowered = Lowered()
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -133,6 +135,29 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=a.id, B=b.id, D=None, C=y.id, stride_A=k,
                                     stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
         return lowered
+    if a.slice_of is not None or b.slice_of is not None:
+        return lowered.add(_copied_batches(node, ctx, a, b, y, scale, act))
+    flat = {}
+    for t, name in ((a, "a_flat"), (b, "b_flat"), (y, "y_flat")):
+        flat[name] = ctx.temp(node.name, name, (1, int(np.prod(t.shape, dtype=np.int64))), t.scale, view_of=t.id)
+        lowered.tensors.append(flat[name])
+    for i in range(batches):
+        ai = ctx.channel_slice(node.name, f"a{i}", flat["a_flat"], i * m * k, m * k, a.scale)
+        bi = ctx.channel_slice(node.name, f"b{i}", flat["b_flat"], i * k * n, k * n, b.scale)
+        ci = ctx.channel_slice(node.name, f"c{i}", flat["y_flat"], i * m * n, m * n, y.scale)
+        lowered.tensors += [ai, bi, ci]
+        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
+                                    stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
+    return lowered
+
+
+def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, scale: float,
+                    act: int) -> Lowered:
+    """The batched product on per-batch copies (operands that are strided slices of another buffer)."""
+    lowered = Lowered()
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batches = int(np.prod(a.shape[:-2]))
     a3 = ctx.temp(node.name, "a_batched", (batches, m, k), a.scale, view_of=a.id)
     b3 = ctx.temp(node.name, "b_batched", (batches, k, n), b.scale, view_of=b.id)
     lowered.tensors += [a3, b3]

@@ -1,0 +1,157 @@
+"""Which architectures compile, and how well: torchvision's families and backbones (scripts/zoo.py) and
+timm's families (one architecture per family, random weights, small inputs), each exported, compiled and
+compared with onnxruntime (`diff`). Writes a table: compiled or refused (with the op), % of MACs on Gemmini,
+CPU steps, diff verdict.
+
+    python scripts/zoo_coverage.py [--only NAME,...] [--timm] [--markdown docs/zoo_coverage.md] [--json F]
+
+Nothing is downloaded: weights are random, inputs synthetic. Each model runs in its own process (a crash
+or a 10-minute timeout is a row, not the end of the sweep).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import zoo  # noqa: E402
+
+SMALL = ("pico", "femto", "atto", "nano", "xxs", "xx_small", "tiny", "xs", "small", "_050", "_075", "b0", "s0",
+         "m0", "t8", "18", "26")  # name fragments of a family's small members, most preferred first
+
+
+def timm_families() -> list[str]:
+    """One architecture per timm model module (its family): the first name with the most preferred
+    small-member fragment."""
+    zoo.torchvision_models()  # timm imports torchvision
+    import timm
+    chosen = []
+    for module in timm.list_modules():
+        names = sorted(timm.list_models(module=module))
+        if names:
+            rank = [next((i for i, f in enumerate(SMALL) if f in n), len(SMALL)) for n in names]
+            chosen.append(names[rank.index(min(rank))])
+    return chosen
+
+
+def timm_arch(name: str) -> zoo.Arch:
+    def build():
+        zoo.torchvision_models()  # timm imports torchvision
+        import timm
+        return timm.create_model(name, pretrained=False, num_classes=10)
+
+    def shape():
+        import timm
+        cfg = timm.create_model(name, pretrained=False, num_classes=10).pretrained_cfg
+        size = cfg.get("input_size", (3, 224, 224))
+        fixed = cfg.get("fixed_input_size", False)
+        return (1, 3) + (tuple(size[1:]) if fixed else (min(size[1], 96), min(size[2], 96)))
+    import timm
+    family = next((m for m in timm.list_modules() if name in timm.list_models(module=m)), name)
+    return zoo.Arch(name, family, build, shape)
+
+
+def find(name: str, from_timm: bool) -> zoo.Arch:
+    """An architecture by name (builders are closures: a child process looks them up again)."""
+    if from_timm:
+        return timm_arch(name)
+    return next(a for a in zoo.torchvision_families() if a.name == name)
+
+
+def run_one(name: str, from_timm: bool, out: dict) -> None:
+    """Export, compile, diff; fills `out` (a Manager dict) as it goes."""
+    import onnx2gemmini as o2g
+    from onnx2gemmini.compare import run_diff
+    from onnx2gemmini.data import Dataset
+    from onnx2gemmini.emit.report import build_report
+
+    arch = find(name, from_timm)
+    if callable(arch.shape):
+        arch = zoo.Arch(arch.name, arch.family, arch.build, arch.shape())
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        try:
+            path = zoo.export(arch, Path(tmp) / "m.onnx")
+        except Exception as exc:  # noqa: BLE001 - a row of the table
+            out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
+            return
+        calib = Dataset({"x": zoo.calibration(arch, 8, 0)}, None, "synthetic")
+        try:
+            compiled = o2g.compile(path, calib=calib)
+        except o2g.O2GError as exc:
+            out.update(status="refused", detail=str(exc).splitlines()[0][:300])
+            return
+        report = build_report(compiled, compiled.timing)
+        totals = report["totals"]
+        cpu_steps = sum(1 for layer in report["layers"] if layer["target"] == "cpu")
+        out.update(status="compiled", macs=totals["macs"], gemmini_share=totals["macs_on_gemmini"] / max(totals["macs"], 1),
+                   cpu_steps=cpu_steps, steps=len(report["layers"]))
+        result = run_diff(compiled, Dataset({"x": zoo.calibration(arch, 2, 1)}, None, "synthetic"))
+        verdict = result["verdict"]
+        out.update(diff="PASSED" if verdict["passed"] else "FAILED: " + "; ".join(verdict["failures"][:2])[:300],
+                   sqnr=min((o["fp32_vs_int8"]["sqnr_db"] or 99) for o in result["outputs"].values()),
+                   seconds=round(time.perf_counter() - start, 1))
+
+
+def sweep(archs: list, timeout: float, from_timm: bool) -> list[dict]:
+    rows = []
+    with multiprocessing.Manager() as manager:
+        for arch in archs:
+            out = manager.dict(status="crashed")
+            process = multiprocessing.get_context("spawn").Process(target=run_one, args=(arch.name, from_timm, out))
+            process.start()
+            process.join(timeout)
+            if process.is_alive():
+                process.kill()
+                out["status"] = out.get("status", "") + f" (timed out after {timeout:.0f} s)"
+            row = {"name": arch.name, "family": arch.family, **dict(out)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | family | result | MACs on Gemmini | CPU steps / steps | diff | SQNR dB |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        share = f"{r['gemmini_share']:.1%}" if "gemmini_share" in r else ""
+        steps = f"{r['cpu_steps']} / {r['steps']}" if "steps" in r else ""
+        result = r["status"] if r["status"] == "compiled" else f"{r['status']}: {r.get('detail', '')}"
+        sqnr = f"{r['sqnr']:.1f}" if "sqnr" in r else ""
+        cells = [r["name"], r["family"], result, share, steps, r.get("diff", ""), sqnr]
+        lines.append("| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--timm", action="store_true", help="timm's families instead of torchvision's")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    archs = [timm_arch(n) for n in timm_families()] if args.timm else zoo.torchvision_families()
+    if args.only:
+        keep = set(args.only.split(","))
+        archs = [a for a in archs if a.name in keep]
+    rows = sweep(archs, args.timeout, args.timm)
+    compiled = sum(r["status"] == "compiled" for r in rows)
+    passed = sum(r.get("diff") == "PASSED" for r in rows)
+    print(f"\n{compiled} of {len(rows)} compile; {passed} pass diff")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
