@@ -172,6 +172,11 @@ class _Builder:
             if form.perm_out is not None:
                 self.node("Transpose", [product], [raw], name=f"{node.name}__out", perm=list(form.perm_out))
             self.activation_chain(node, raw)
+        elif op == "Mul" and node.fused.gate:  # x * f(x) in float, then one quantization (fuse_gate.py)
+            gate, attrs = node.fused.gate
+            self.node(gate, [ins[0]], [f"{out}__gate"], name=f"{node.name}__{gate}", **dict(attrs))
+            self.node("Mul", [ins[0], f"{out}__gate"], [f"{out}__preq"], name=node.name)
+            self.qdq(f"{out}__preq", out)
         elif op == "Split":  # several outputs, each quantized on its own
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [self.operand(i) for i in ins], [f"{o}__preq" if o else "" for o in node.outputs],

@@ -44,6 +44,9 @@ class Fused:
     activation_node: str | None = None         # the Relu/Clip node absorbed
     pool: FusedPool | None = None              # a following MaxPool (convs only)
     bias: str | None = None                    # MatMul + Add of a per-channel constant: that initializer
+    # Mul(x, f(x)) with f a sigmoid-like activation (SiLU, hard swish): f's op type and sorted attributes;
+    # the Mul then reads x alone and x * f(x) is one lookup table (passes/fuse_gate.py)
+    gate: tuple[str, tuple] | None = None
 
 
 @dataclass

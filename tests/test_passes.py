@@ -1,12 +1,13 @@
 """Rewrite passes, checked on unsimplified graphs so each pattern is exercised by our code."""
 import numpy as np
+import pytest
 from onnx import helper
 
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.graph import from_onnx
 from onnx2gemmini.load import load
 from onnx2gemmini.passes import run_passes
-from tests.helpers import infer_outputs, rng
+from tests.helpers import assert_matches_ort, infer_outputs, rng
 
 
 def rewritten(model, config="default"):
@@ -126,3 +127,28 @@ def test_per_channel_scale_and_relu_merge_into_one_batchnorm():
 def test_a_mul_along_another_axis_is_not_merged():
     graph, _ = rewritten(bn_scale_relu(mul_shape=(1, 1, 5)))
     assert [n.op_type for n in graph.nodes] == ["BatchNormalization", "Mul", "Add"]
+
+
+def gated(gate="Sigmoid", swapped=False, shared=False, **attrs):
+    """conv -> gate -> Mul(conv, gate) (SiLU or written-out hard swish); `shared`: the gate also an output."""
+    w = rng(40).uniform(-0.4, 0.4, (6, 3, 3, 3)).astype(np.float32)
+    mul_in = ["s", "c"] if swapped else ["c", "s"]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(gate, ["c"], ["s"], **attrs), helper.make_node("Mul", mul_in, ["y"])]
+    return infer_outputs(nodes, {"x": [1, 3, 5, 5]}, {"w": w}, outputs=("y", "s") if shared else ("y",))
+
+
+@pytest.mark.parametrize("gate,attrs,swapped", [("Sigmoid", {}, False), ("Sigmoid", {}, True),
+                                                ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, False)])
+def test_x_times_its_gate_becomes_one_lookup_table(gate, attrs, swapped):
+    model = gated(gate, swapped, **attrs)
+    graph, changes = rewritten(model)
+    assert [n.op_type for n in graph.nodes] == ["Conv", "Mul"] and graph.nodes[1].fused.gate[0] == gate
+    compiled, result = assert_matches_ort(model, samples=6)
+    assert [getattr(s, "op", s.kind) for s in compiled.plan.steps].count("lut") == 1
+    assert result["layers"][-1]["mismatches_vs_ort_qdq"] <= result["layers"][-1]["allowed_mismatches"]
+
+
+def test_a_gate_read_elsewhere_is_not_fused():
+    graph, _ = rewritten(gated(shared=True))
+    assert [n.op_type for n in graph.nodes] == ["Conv", "Sigmoid", "Mul"]

@@ -51,6 +51,23 @@ def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
     return tuple(int(v) for v in quantize(y, s_out))
 
 
+def gated(gate: tuple[str, tuple]):
+    """x * f(x) for a fused gate (Fused.gate: f's op type and attributes)."""
+    op, attrs = gate
+    f = FUNCTIONS[op]
+    return lambda x, a: x * np.asarray(f(x, dict(attrs)), np.float32)
+
+
+def lower_gated(node: NodeView, ctx: LowerContext) -> Lowered:
+    """Mul(x, f(x)) as one lookup table of x (passes/fuse_gate.py)."""
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.output, x.shape, x.layout)
+    table = lookup_table(gated(node.fused.gate), {}, x.scale, y.scale)
+    step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Lut(table),
+                 reason=f"x * {node.fused.gate[0]}(x): Gemmini has no such activation; int8 lookup table")
+    return Lowered([step], [y])
+
+
 class _LutHandler(Handler):
     gemmini = "none: a 256-entry int8 lookup table on the CPU"
     limits = "1 LSB tolerance vs onnxruntime's float evaluation"

@@ -7,6 +7,7 @@ import numpy as np
 from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, Tensor
+from .activations import lower_gated
 from .common import to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
@@ -54,6 +55,8 @@ class _CpuBinary(Handler):
         return ["both operands constant"] if all(node.is_const(t) for t in node.inputs) else []
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        if node.fused.gate:  # Mul(x, f(x)) fused into one lookup table of x
+            return lower_gated(node, ctx)
         return lower_binary(node, ctx, f"{node.op_type}: Gemmini has no elementwise {node.op_type.lower()}")
 
 

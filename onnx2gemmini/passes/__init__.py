@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import bias_add, bn_affine, bn_fold, equalize, fuse_activation, fuse_maxpool, qdq_import
+from . import bias_add, bn_affine, bn_fold, equalize, fuse_activation, fuse_gate, fuse_maxpool, qdq_import
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -22,6 +22,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("bias_add", bias_add.run),
     ("fuse_activation", fuse_activation.run),
     ("fuse_maxpool", fuse_maxpool.run),
+    ("fuse_gate", fuse_gate.run),
 )
 
 
