@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from onnx2gemmini.config import PRESETS
-from onnx2gemmini.tiling.cost import (conv_cost, conv_traffic, global_average_cost, matmul_cost,
-                                      matmul_traffic, pixels_per_row, resadd_cost)
+from onnx2gemmini.tiling.cost import (LOOP_OVERHEAD_BLOCKS, MIN_FEED_ROWS, conv_cost, conv_traffic,
+                                      global_average_cost, matmul_cost, matmul_traffic, pixels_per_row,
+                                      resadd_cost, weight_block_cycles)
 from onnx2gemmini.tiling.geometry import ConvGeometry, ceil_div
 from tests.test_tiling import CONFIGS, any_conv_tiles, conv_geometries
 
@@ -108,6 +109,68 @@ def walk_conv(g: ConvGeometry, tiles, dim, has_bias=True) -> dict:
     return moved
 
 
+def feed_cycles(stream, dim) -> int:
+    """Cycles of a stream of (A rows, new weights) computes under Gemmini's ExecuteController rule (WS):
+    a compute paired with a preload that brings new weights (the next compute's), or with none at the
+    end of the call, takes DIM cycles; any other takes max(A rows, MIN_FEED_ROWS)."""
+    cycles = 0
+    for i, (rows, _) in enumerate(stream):
+        nxt = stream[i + 1] if i + 1 < len(stream) else None
+        cycles += dim if nxt is None or nxt[1] else max(rows, MIN_FEED_ROWS)
+    return cycles
+
+
+def walk_matmul_compute(I, J, K, tiles, dim) -> int:
+    """tiled_matmul_outer's tiles, each one LoopMatmul (k -> j -> i, new weights at i == 0)."""
+    ti, tj, tk = (t * dim for t in tiles)
+    stream, n_tiles = [], 0
+    for i0 in range(0, I, ti):
+        for j0 in range(0, J, tj):
+            for k0 in range(0, K, tk):
+                n_tiles += 1
+                rows, cols, depth = min(ti, I - i0), min(tj, J - j0), min(tk, K - k0)
+                for _k in range(0, depth, dim):
+                    for _j in range(0, cols, dim):
+                        stream += [(min(dim, rows - i), i == 0) for i in range(0, rows, dim)]
+    return feed_cycles(stream, dim) + n_tiles * LOOP_OVERHEAD_BLOCKS * dim
+
+
+def walk_conv_compute(g: ConvGeometry, tiles, config) -> int:
+    """tiled_conv's tiles, each one LoopConv (och -> krow -> kcol by pixels per row -> kch -> b -> orow ->
+    ocol in DIM chunks, new weights at the first chunk), over the conv rows/cols the tile computes."""
+    dim = config.dim
+    batches, porows, pocols, pochs, krows, kcols, kchs = tiles
+    psz, pst, ppad = g.pool
+    pr_dim, pc_dim = g.pool_out_dims
+    stream, n_tiles = [], 0
+    for b in range(0, g.batch_size, batches):
+        for porow in range(0, pr_dim, porows):
+            orow = porow * pst - ppad
+            for pocol in range(0, pc_dim, pocols):
+                ocol = pocol * pst - ppad
+                for poch in range(0, g.out_channels, pochs):
+                    for krow in range(0, g.kernel_dim, krows):
+                        for kcol in range(0, g.kernel_dim, kcols):
+                            for kch in range(0, g.in_channels, kchs):
+                                n_tiles += 1
+                                orows_ = min(porows, pr_dim - porow) * pst + psz - 1
+                                ocols_ = min(pocols, pc_dim - pocol) * pst + psz - 1
+                                orows_eff = orows_ - max(0, -orow) - max(0, orow + orows_ - g.out_row_dim)
+                                ocols_eff = ocols_ - max(0, -ocol) - max(0, ocol + ocols_ - g.out_col_dim)
+                                kcols_ = min(kcols, g.kernel_dim - kcol)
+                                kchs_ = min(kchs, g.in_channels - kch)
+                                ppr = pixels_per_row(g, kcols_, kchs_, config)
+                                for _block in range(ceil_div(min(pochs, g.out_channels - poch), dim)
+                                                    * min(krows, g.kernel_dim - krow) * ceil_div(kcols_, ppr)
+                                                    * ceil_div(kchs_, dim)):
+                                    first = True
+                                    for _row in range(min(batches, g.batch_size - b) * max(0, orows_eff)):
+                                        for c in range(0, max(0, ocols_eff), dim):
+                                            stream.append((min(dim, ocols_eff - c), first))
+                                            first = False
+    return feed_cycles(stream, dim) + n_tiles * LOOP_OVERHEAD_BLOCKS * dim
+
+
 # --- bytes: closed form == literal walk -----------------------------------------------------------
 
 @given(dims=st.tuples(st.integers(1, 300), st.integers(1, 300), st.integers(1, 300)),
@@ -143,6 +206,40 @@ def test_conv_traffic_downsample_equals_loop_walk(tiles):
     assert expected["input"] % (28 * 28 * 256) == 0      # every other row and column, once per pass
 
 
+# --- compute cycles: closed form == the command stream under the ExecuteController rule ------------
+
+@given(dims=st.tuples(st.integers(1, 120), st.integers(1, 120), st.integers(1, 120)),
+       tiles=st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8)), dim=st.sampled_from([4, 16]))
+def test_matmul_compute_cycles_equal_the_command_stream(dims, tiles, dim):
+    config = CONFIGS["tiny"] if dim == 4 else DEFAULT
+    tiles = tuple(min(t, ceil_div(d, dim)) for t, d in zip(tiles, dims))
+    c = matmul_cost(*dims, tiles, config)
+    assert c["compute_cycles"] == walk_matmul_compute(*dims, tiles, dim)
+    assert sum(s.cycles for s in c["shapes"]) == c["compute_cycles"]
+
+
+@given(data=st.data(), dim=st.sampled_from([4, 16]))
+def test_conv_compute_cycles_equal_the_command_stream(data, dim):
+    g = data.draw(conv_geometries(max_dim=24, max_channels=40, max_batch=2))
+    tiles = data.draw(any_conv_tiles(g))
+    config = CONFIGS["tiny"] if dim == 4 else DEFAULT
+    c = conv_cost(g, tiles, config)
+    assert c["compute_cycles"] == walk_conv_compute(g, tiles, config)
+    assert sum(s.cycles for s in c["shapes"]) == c["compute_cycles"]
+    assert sum(s.count for s in c["shapes"]) == c["num_tiles"]
+
+
+def test_short_runs_take_their_rows_and_a_block_ends_with_a_full_preload():
+    assert weight_block_cycles(1, 16, 16) == 16          # one full compute
+    assert weight_block_cycles(1, 49, 16) == 64          # 16+16+16, then 1 row paired with new weights: 16
+    assert weight_block_cycles(7, 7, 16) == 6 * 7 + 16   # 7 rows of 7 pixels; the last compute takes DIM
+    assert weight_block_cycles(3, 2, 16) == 4 + 4 + 16   # runs shorter than 4 rows take 4
+    assert weight_block_cycles(0, 7, 16) == 0
+    # a 3x3 conv on a 7x7 map, one tile: 9 weight blocks of 7 runs of 7 pixels, plus fill/drain
+    g = ConvGeometry(1, 7, 7, 16, 16, 7, 7, 1, 1, 3)
+    assert conv_cost(g, g.max_tiles, DEFAULT)["compute_cycles"] == 9 * 58 + 32
+
+
 # --- hand-computed cases ----------------------------------------------------------------------------
 
 def test_matmul_bytes_by_hand():
@@ -168,7 +265,7 @@ def test_conv_cycles_count_padding_waste_of_partial_column_blocks():
     g = ConvGeometry(1, 20, 20, 16, 16, 20, 20, 1, 0, 1)
     whole = conv_cost(g, (1, 20, 16, 16, 1, 1, 16), DEFAULT)
     ragged = conv_cost(g, (1, 20, 17, 16, 1, 1, 16), DEFAULT)
-    # 16 columns = 1 block per row, 17 = 2 blocks per row: the second pass is mostly padding.
+    # 16 columns = 1 compute per row, 17 = 2 per row: the second, of 1 pixel, still takes MIN_FEED_ROWS.
     assert ragged["compute_cycles"] > whole["compute_cycles"]
 
 

@@ -17,8 +17,9 @@ from onnx2gemmini.tiling import (apply_tiles, baseline_conv_tiles, baseline_matm
                                  attach_costs, matmul_fits, matmul_rows, plan_costs, step_costs)
 from onnx2gemmini.tiling.baseline import baseline_global_average_tile, baseline_resadd_tiles
 from onnx2gemmini.tiling.capacity import resadd_acc_rows
-from onnx2gemmini.tiling.cost import conv_traffic, matmul_cost, matmul_traffic
+from onnx2gemmini.tiling.cost import conv_cost, conv_traffic, matmul_cost, matmul_traffic
 from onnx2gemmini.tiling.geometry import ConvGeometry, ceil_div, distinct_tile_sizes
+from onnx2gemmini.tiling.search import CYCLE_SLACK
 
 # --- strategies (also used by tests/test_cost_model.py and tests/run/test_tiled.py) ----------------
 
@@ -148,8 +149,10 @@ def test_matmul_choice_fits_and_never_moves_more_than_baseline(config, dims):
     assert matmul_fits(base, config, dims)
     assert matmul_fits(ours, config, dims)
     assert matmul_traffic(*dims, ours, config)["total"] <= matmul_traffic(*dims, base, config)["total"]
+    ours_cycles, base_cycles = (matmul_cost(*dims, t, config)["est_cycles"] for t in (ours, base))
+    assert ours_cycles <= base_cycles * (1 + CYCLE_SLACK)
     if matmul_traffic(*dims, ours, config)["total"] == matmul_traffic(*dims, base, config)["total"]:
-        assert matmul_cost(*dims, ours, config)["est_cycles"] <= matmul_cost(*dims, base, config)["est_cycles"]
+        assert ours_cycles <= base_cycles
 
 
 def _check_conv_choice(g, config):
@@ -159,6 +162,7 @@ def _check_conv_choice(g, config):
     assert conv_fits(ours, g, config)
     assert all(1 <= t <= m for t, m in zip(ours, g.max_tiles))
     assert conv_traffic(g, ours)["total"] <= conv_traffic(g, base)["total"]
+    assert conv_cost(g, ours, config)["est_cycles"] <= conv_cost(g, base, config)["est_cycles"] * (1 + CYCLE_SLACK)
     assert choose_conv_tiles(g, config) == ours   # deterministic
 
 

@@ -8,7 +8,7 @@ plan-level face of the package's modules (each with one job):
   baseline  gemmini.h's heuristics, transcribed (the baseline and the report's baseline_* figures)
   capacity  scratchpad/accumulator rows, exactly as gemmini.h counts them
   cost      DMA bytes (exact) and cycles (an ESTIMATE) of a call under given tiles
-  search    the tiles with the fewest bytes (then fewest estimated cycles); never worse than baseline
+  search    the fewest estimated cycles within gemmini.h's bytes (then the fewest bytes); never above baseline
   dw        depthwise convs: Gemmini's tiled_conv_dw against the CPU kernel
 
 Tiles are dicts at the Plan boundary, named as gemmini.h names them: tile_I/tile_J/tile_K (DIM blocks)
@@ -21,16 +21,16 @@ from ..plan import Conv, ConvDw, GlobalAverage, Matmul, Plan, Resadd
 from .baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
                               baseline_resadd_tiles)
 from .capacity import conv_fits, conv_rows, matmul_fits, matmul_rows
-from .cost import conv_cost, global_average_cost, matmul_cost, resadd_cost
+from .cost import TileShape, conv_cost, global_average_cost, matmul_cost, resadd_cost
 from .geometry import CONV_TILE_NAMES, MATMUL_TILE_NAMES, ConvGeometry, tiles_dict, tiles_tuple
-from .dw import dw_cost
+from .dw import dw_cost, dw_shape
 from .search import choose_conv_tiles, choose_matmul_tiles
 
 __all__ = [
     "ConvGeometry", "apply_tiles", "baseline_conv_tiles", "baseline_global_average_tile",
     "baseline_matmul_tiles", "baseline_resadd_tiles", "baseline_tiles", "choose_conv_tiles",
-    "choose_matmul_tiles", "choose_tiles", "attach_costs", "conv_fits", "conv_rows", "cost",
-    "matmul_fits", "matmul_rows", "plan_costs", "step_costs",
+    "choose_matmul_tiles", "choose_tiles", "attach_costs", "compute_shapes", "conv_fits", "conv_rows", "cost",
+    "matmul_fits", "matmul_rows", "plan_costs", "step_costs", "TileShape",
 ]
 
 
@@ -86,6 +86,18 @@ def cost(step, tiles, config) -> dict | None:
         return global_average_cost(step.batches, step.channels, step.dim, config,
                                    tiles["channel_tile_size"] if tiles else None)
     return None
+
+
+def compute_shapes(step, config) -> tuple[TileShape, ...] | None:
+    """The array work of a Gemmini step under its tiles (else gemmini.h's), class by class, as the cost
+    model counts it: for checking the model against an independent simulator. None when the step does
+    no MACs on the array (or the cost model does not cover it)."""
+    if isinstance(step, ConvDw):
+        return (dw_shape(step, config),)
+    if not isinstance(step, (Matmul, Conv)):
+        return None
+    c = cost(step, getattr(step, "tiles", None), config)
+    return None if c is None else c["shapes"]
 
 
 def step_costs(step, config) -> dict | None:

@@ -15,12 +15,14 @@ import itertools
 from collections import Counter
 from functools import lru_cache
 from math import prod
+from typing import NamedTuple
 
 from .baseline import baseline_global_average_tile, baseline_resadd_tiles
 from .geometry import ConvGeometry, ceil_div, spans
 
 BIAS_BYTES = 4               # acc_t
 LOOP_OVERHEAD_BLOCKS = 2     # array fill + drain per loop instruction, in units of DIM cycles
+MIN_FEED_ROWS = 4            # ExecuteController's floor on rows fed per compute (accumulator write-after-write)
 
 
 def bus_bytes(config) -> float:
@@ -48,6 +50,43 @@ class _Pipeline:
         est = int(-(-self.est // 1))
         return {"est_cycles": est, "compute_cycles": int(self.compute), "dma_cycles": int(-(-self.dma // 1)),
                 "ideal_cycles": ideal, "utilization": (ideal / est) if est else 0.0}
+
+
+class TileShape(NamedTuple):
+    """A class of identical loop instructions as the array sees them: what an independent systolic-array
+    model (scripts/compare_scalesim.py) needs to cost the same tiling, and how our model costs it."""
+
+    count: int          # identical tiles
+    rows: int           # A rows (output pixels) streamed past each weight block
+    cols: int           # output channels (J) of the tile
+    depth: int          # reduction length as a plain GEMM (K; krows*kcols*kchs for a conv)
+    blocks: int         # DIMxDIM weight blocks our model feeds (kernel-column packing included)
+    block_cycles: int   # cycles per weight block (weight_block_cycles)
+    overhead: int       # fill/drain cycles per tile
+
+    @property
+    def cycles(self) -> int:
+        """Our compute cycles for all `count` tiles."""
+        return self.count * (self.blocks * self.block_cycles + self.overhead)
+
+
+def weight_block_cycles(rows: int, cols: int, dim: int) -> int:
+    """Cycles the array spends on one DIMxDIM weight block: `rows` runs of `cols` A rows (a conv tile's
+    output rows of `cols` pixels; a matmul tile is one run of its I rows), each run fed in computes of
+    at most DIM rows.
+
+    Why not DIM per compute: Gemmini's ExecuteController (WS, no transposes; ucb-bar/gemmini
+    ExecuteController.scala, "Increase the throughput of matmuls in WS mode", #87) feeds a compute
+    paired with a preload that carries no new weights for max(A rows, MIN_FEED_ROWS) cycles; only the
+    compute paired with the next block's weight preload takes DIM. LoopConv/LoopMatmul preload new
+    weights only before a block's first compute, so only the block's last compute pays DIM.
+    """
+    if rows <= 0 or cols <= 0:
+        return 0
+    full, rem = divmod(cols, dim)
+    tail = max(rem, MIN_FEED_ROWS) if rem else 0
+    last = tail if rem else dim
+    return rows * (full * dim + tail) - last + dim
 
 
 def _classes(sizes: list) -> list[tuple[int, object, bool, bool]]:
@@ -90,18 +129,20 @@ def matmul_cost(I: int, J: int, K: int, tiles, config, has_bias: bool = True) ->
     ti, tj, tk = tiles
     n_i, n_j, n_k, a_reuse, b_reuse = matmul_reuse(I, J, K, tiles, config)
     dims = [_classes([s for _, s in spans(d, t * dim)]) for d, t in zip((I, J, K), tiles)]
-    pipe, overhead = _Pipeline(config), LOOP_OVERHEAD_BLOCKS * dim
+    pipe, overhead, shapes = _Pipeline(config), LOOP_OVERHEAD_BLOCKS * dim, []
     for (ci, ri, fi, li), (cj, cj_el, fj, lj), (ck, ck_el, fk, lk) in itertools.product(*dims):
         load_a = 0 if (a_reuse and not fj) else ri * ck_el
         load_b = 0 if (b_reuse and not fi) else ck_el * cj_el
         load_d = BIAS_BYTES * ri * cj_el if (has_bias and fk) else 0
-        compute = dim * ceil_div(ri, dim) * ceil_div(cj_el, dim) * ceil_div(ck_el, dim) + overhead
-        pipe.add(ci * cj * ck, compute, load_a + load_b + load_d, ri * cj_el if lk else 0,
+        shape = TileShape(ci * cj * ck, ri, cj_el, ck_el, ceil_div(cj_el, dim) * ceil_div(ck_el, dim),
+                          weight_block_cycles(1, ri, dim), overhead)
+        shapes.append(shape)
+        pipe.add(shape.count, shape.cycles // shape.count, load_a + load_b + load_d, ri * cj_el if lk else 0,
                  fi and fj and fk, li and lj and lk)
     est = pipe.estimate(I * J * K)
     traffic = matmul_traffic(I, J, K, tiles, config, has_bias)
     est.update(dram_bytes=traffic["total"], dram_breakdown={k: v for k, v in traffic.items() if k != "total"},
-               num_tiles=n_i * n_j * n_k, pinned={"input": a_reuse, "weights": b_reuse})
+               num_tiles=n_i * n_j * n_k, pinned={"input": a_reuse, "weights": b_reuse}, shapes=tuple(shapes))
     return est
 
 
@@ -202,7 +243,7 @@ def conv_cost(geometry, tiles, config, has_bias: bool = True) -> dict:
     bs = _classes([s for _, s in spans(g.batch_size, batches)])
     ochs = _classes([s for _, s in spans(g.out_channels, pochs)])
     ichs = _classes([s for _, s in spans(g.in_channels, kchs)])
-    pipe, overhead = _Pipeline(config), LOOP_OVERHEAD_BLOCKS * dim
+    pipe, overhead, shapes = _Pipeline(config), LOOP_OVERHEAD_BLOCKS * dim, []
     for (cb, b_n, fb, lb), (r, cr), (c, cc), (co, oc_n, fo, lo), (ck, ic_n, fk, lk) in itertools.product(
             bs, rows.items(), cols.items(), ochs, ichs):
         r_out, r_in, pr_n, kr_n, fpr, lpr, fkr, lkr = r
@@ -212,14 +253,16 @@ def conv_cost(geometry, tiles, config, has_bias: bool = True) -> dict:
         load_bias = BIAS_BYTES * b_n * r_out * c_out * oc_n if (has_bias and fkr and fkc and fk) else 0
         store = b_n * pr_n * pc_n * oc_n if (lkr and lkc and lk) else 0
         ppr = pixels_per_row(g, kcl_n, ic_n, config)
-        compute = (dim * ceil_div(oc_n, dim) * kr_n * ceil_div(kcl_n, ppr) * ceil_div(ic_n, dim)
-                   * b_n * r_out * ceil_div(c_out, dim) + overhead)
-        pipe.add(cb * cr * cc * co * ck, compute, load_in + load_w + load_bias, store,
+        shape = TileShape(cb * cr * cc * co * ck, b_n * r_out * c_out, oc_n, kr_n * kcl_n * ic_n,
+                          ceil_div(oc_n, dim) * kr_n * ceil_div(kcl_n, ppr) * ceil_div(ic_n, dim),
+                          weight_block_cycles(b_n * r_out, c_out, dim), overhead)
+        shapes.append(shape)
+        pipe.add(shape.count, shape.cycles // shape.count, load_in + load_w + load_bias, store,
                  fb and fpr and fpc and fo and fkr and fkc and fk, lb and lpr and lpc and lo and lkr and lkc and lk)
     est = pipe.estimate(g.macs)
     traffic = conv_traffic(g, tiles, has_bias)
     est.update(dram_bytes=traffic["total"], dram_breakdown={k: v for k, v in traffic.items() if k != "total"},
-               num_tiles=prod(counts), pinned={"input": a_reuse, "weights": b_reuse})
+               num_tiles=prod(counts), pinned={"input": a_reuse, "weights": b_reuse}, shapes=tuple(shapes))
     return est
 
 

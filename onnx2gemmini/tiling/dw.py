@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from ..plan import ConvDw
+from .cost import LOOP_OVERHEAD_BLOCKS, TileShape
 
 # Measured by scripts/measure_cpu_kernels.py: o2g_dwconv built with the generated Makefile's `riscv` flags
 # (rv64gc, -O2 -ffast-math, picolibc), instret read around the call on Spike, over 32 geometries (3x3 and
@@ -55,10 +56,17 @@ def dw_dram_bytes(step: ConvDw) -> int:
             + n * out_rows * out_cols * c)
 
 
-def gemmini_dw_cycles(step: ConvDw, config) -> int:
+def dw_shape(step: ConvDw, config) -> TileShape:
+    """How this model feeds the array: per channel, one 1x1 weight per kernel tap, each streamed against
+    the channel's output pixels in runs of DIM, plus fill/drain per channel."""
     dim = config.dim
     pixels = step.batch_size * step.out_row_dim * step.out_col_dim
-    compute = step.channels * (step.kernel_dim ** 2 * -(-pixels // dim) * dim + 2 * dim)
+    taps = step.kernel_dim ** 2
+    return TileShape(step.channels, pixels, 1, taps, taps, -(-pixels // dim) * dim, LOOP_OVERHEAD_BLOCKS * dim)
+
+
+def gemmini_dw_cycles(step: ConvDw, config) -> int:
+    compute = dw_shape(step, config).cycles
     dma = -(-dw_dram_bytes(step) // (config.dma_bus_bits // 8))
     return max(compute, dma)
 
