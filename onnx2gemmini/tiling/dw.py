@@ -1,8 +1,8 @@
 """Depthwise convs: `tiled_conv_dw` on Gemmini or an exact int8 kernel on the host CPU — an ESTIMATE decides.
 
-gemmini.h runs a depthwise conv one channel at a time: every kernel element is a 1x1 weight streamed
-against DIM output pixels, so the array does about one useful MAC per cycle (one PE of DIM x DIM), plus
-fill/drain per channel. The host side is the runtime's o2g_dwconv: its instructions per MAC and per
+gemmini.h runs a depthwise conv one channel at a time: each kernel row is one weight block (its taps packed
+in one scratchpad row) streamed against the channel's output rows, so the array does about kernel_dim
+useful MACs per cycle (one PE column of DIM x DIM), plus fill/drain per channel. The host side is the runtime's o2g_dwconv: its instructions per MAC and per
 output were measured on Spike, and become cycles through CPU_CPI. Both sides stay estimates in the report
 (docs/cost_model.md).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..plan import ConvDw
-from .cost import LOOP_OVERHEAD_BLOCKS, TileShape
+from .cost import LOOP_OVERHEAD_BLOCKS, TileShape, weight_block_cycles
 
 # Measured by scripts/measure_cpu_kernels.py: o2g_dwconv built with the generated Makefile's `riscv` flags
 # (rv64gc, -O2 -ffast-math, picolibc), instret read around the call on Spike, over 32 geometries (3x3 and
@@ -57,12 +57,15 @@ def dw_dram_bytes(step: ConvDw) -> int:
 
 
 def dw_shape(step: ConvDw, config) -> TileShape:
-    """How this model feeds the array: per channel, one 1x1 weight per kernel tap, each streamed against
-    the channel's output pixels in runs of DIM, plus fill/drain per channel."""
+    """How gemmini.h feeds the array: tiled_conv_dw runs sp_tiled_conv per channel with one input channel,
+    whose first-layer packing puts a kernel row's taps in one scratchpad row, so a channel is one weight
+    block per kernel row, each streamed against the channel's output rows (runs of out_col_dim pixels,
+    costed by weight_block_cycles: Gemmini's short-run rule), plus fill/drain per channel."""
     dim = config.dim
-    pixels = step.batch_size * step.out_row_dim * step.out_col_dim
+    rows = step.batch_size * step.out_row_dim
     taps = step.kernel_dim ** 2
-    return TileShape(step.channels, pixels, 1, taps, taps, -(-pixels // dim) * dim, LOOP_OVERHEAD_BLOCKS * dim)
+    return TileShape(step.channels, rows * step.out_col_dim, 1, taps, step.kernel_dim,
+                     weight_block_cycles(rows, step.out_col_dim, dim), LOOP_OVERHEAD_BLOCKS * dim)
 
 
 def gemmini_dw_cycles(step: ConvDw, config) -> int:
