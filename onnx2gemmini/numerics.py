@@ -43,9 +43,16 @@ def multiplier(s_in: float, s_w: float, s_out: float) -> float:
 
 def quantize(x: np.ndarray, scale: float, lo: int = INT8_MIN) -> np.ndarray:
     """ONNX QuantizeLinear to int8 with zero point 0: float32 true division, round half to even,
-    saturate to [lo, 127] (lo=0 quantizes and applies a ReLU in one go: the zero point is 0)."""
-    q = np.rint(np.asarray(x, np.float32) / np.float32(scale))
-    return np.clip(q, lo, INT8_MAX).astype(np.int8)
+    saturate to [lo, 127] (lo=0 quantizes and applies a ReLU in one go: the zero point is 0).
+
+    NaN quantizes to `lo`, as onnxruntime's x86 kernel does it (max(NaN, lo) gives lo) and as a fused
+    ReLU would clamp it; infinities saturate."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = np.rint(np.asarray(x, np.float32) / np.float32(scale))
+    q = np.clip(q, lo, INT8_MAX)
+    if q.dtype.kind == "f":
+        q = np.where(np.isnan(q), np.float32(lo), q)
+    return q.astype(np.int8)
 
 
 def quantize_value(x: float, scale: float) -> int:

@@ -91,14 +91,6 @@ def prod(shape) -> int:
     return int(np.prod(list(shape), dtype=np.int64))
 
 
-def quantize_ref(x: np.ndarray, scale: float) -> np.ndarray:
-    """ONNX QuantizeLinear to int8 (the emulator's), NaN -> 0 as o2g_runtime.h states."""
-    with np.errstate(invalid="ignore"):
-        q = np.rint(x.astype(np.float32) / np.float32(scale))
-        q = np.where(np.isnan(q), 0, np.clip(q, -128, 127))
-    return q.astype(np.int8)
-
-
 def window_c(kernel, strides, pads, dilations, out) -> str:
     (kh, kw), (sh, sw), (dh, dw), (t, l, b, r) = kernel, strides, dilations, pads
     return (f"&(const struct o2g_window){{{kh}, {kw}, {sh}, {sw}, {t}, {l}, {b}, {r}, {dh}, {dw}, "
@@ -127,7 +119,7 @@ def quantize_case(rng, n, scale=0.0123, special=False, off=0, oo=0) -> Case:
         x[1::7] = (k[1::7].astype(np.float32) + np.float32(0.5)) * s
         x[:12] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 3e38, -3e38, 127.5 * s, -128.5 * s, 126.5 * s]
     return Case(f"quantize n={n}", "quantize", f"o2g_quantize({{in0}}, {{out}}, {n}, {c_float(scale)});",
-                [x], quantize_ref(x, scale), {"elem": n}, (off,), oo)
+                [x], numerics.quantize(x, scale), {"elem": n}, (off,), oo)
 
 
 def quantize_nhwc_case(rng, n, c, h, w, scale=0.024, special=False, off=0, oo=0) -> Case:
@@ -136,7 +128,7 @@ def quantize_nhwc_case(rng, n, c, h, w, scale=0.024, special=False, off=0, oo=0)
         x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 2.5 * np.float32(scale), 3.5 * np.float32(scale), -0.0]
     return Case(f"quantize_nchw_to_nhwc {n}x{c}x{h}x{w}", "quantize_nchw_to_nhwc",
                 f"o2g_quantize_nchw_to_nhwc({{in0}}, {{out}}, {n}, {c}, {h}, {w}, {c_float(scale)});",
-                [x], quantize_ref(x, scale).transpose(0, 2, 3, 1), {"elem": x.size}, (off,), oo)
+                [x], numerics.quantize(x, scale).transpose(0, 2, 3, 1), {"elem": x.size}, (off,), oo)
 
 
 def dequantize_case(rng, n, scale=0.0123, off=0, oo=0) -> Case:

@@ -17,6 +17,24 @@ def test_quantize_is_quantizelinear():
     assert numerics.quantize_value(-1000.0, 0.5) == -128
 
 
+def test_quantize_special_values_match_onnxruntime():
+    """NaN, infinities, ties and saturation quantize as onnxruntime's QuantizeLinear does (the golden)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.5, 1.5, -2.5, 300.0, -300.0, -0.0], np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], "q",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [x.size])],
+        [helper.make_tensor("s", TensorProto.FLOAT, [], [1.0]), helper.make_tensor("z", TensorProto.INT8, [], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    assert numerics.quantize(x, 1.0).tolist() == expected.tolist()
+    assert numerics.quantize(x, 1.0, lo=0).tolist() == np.maximum(expected, 0).tolist()
+
+
 def test_requantize_goes_through_float32_like_dq_then_q():
     x = np.array([3, -3, 127], np.int8)
     assert numerics.requantize(x, 0.5, 1.0).tolist() == [2, -2, 64]   # 1.5 -> 2, -1.5 -> -2, 63.5 -> 64

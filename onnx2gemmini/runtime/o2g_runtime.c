@@ -137,7 +137,7 @@ O2G_INLINE long o2g_cvt(float y)
 O2G_COLD static long o2g_sat_slow(long q, float y, long lo)
 {
     if (O2G_ISNAN(y))
-        q = 0;
+        return lo;
     if (q > 127)
         q = 127;
     if (q < lo)
@@ -145,7 +145,8 @@ O2G_COLD static long o2g_sat_slow(long q, float y, long lo)
     return q;
 }
 
-/* y rounded half to even and saturated to [lo, 127] (lo = -128, or 0 for a fused ReLU); NaN -> 0. */
+/* y rounded half to even and saturated to [lo, 127] (lo = -128, or 0 for a fused ReLU); NaN -> lo
+ * (onnxruntime's x86 QuantizeLinear: max(NaN, lo) = lo). */
 O2G_INLINE int8_t o2g_sat(float y, long lo)
 {
     long q = o2g_cvt(y);
@@ -188,7 +189,7 @@ O2G_INLINE int8_t o2g_sat_act(float y, int relu)
     return relu ? o2g_sat_relu(y) : o2g_sat(y, -128);
 }
 
-/* ONNX QuantizeLinear of one value: float32 x / scale, round half to even, saturate; NaN -> 0. */
+/* ONNX QuantizeLinear of one value: float32 x / scale, round half to even, saturate; NaN -> -128. */
 O2G_INLINE int8_t o2g_q(float x, float scale)
 {
     return o2g_sat(o2g_fdiv(x, scale), -128);
@@ -1521,15 +1522,12 @@ void o2g_resize_linear(const int8_t *x, int8_t *y, int rank, const int *in_shape
 
 /* ---- elementwise binary ---------------------------------------------------------------------------- */
 
-/* NaN -> 0, +-inf -> +-3e38 (NumPy's nan_to_num), then quantized to [lo, 127]: the fast path's q is
- * out of range whenever r is not finite, so the correction runs out of line. */
+/* Quantized to [lo, 127], NaN -> lo and infinities saturating, as o2g_sat: the fast path's q is out
+ * of range whenever r is not finite, so the correction runs out of line. */
 O2G_COLD static long o2g_binary_slow(float r, float out_scale, long lo)
 {
-    if (O2G_ISNAN(r))
-        r = 0.0f;
-    else if (O2G_ISINF(r))
-        r = o2g_bits(r) >> 31 ? -3e38f : 3e38f;
-    return o2g_sat_slow(o2g_cvt(o2g_fdiv(r, out_scale)), o2g_fdiv(r, out_scale), lo);
+    const float y = o2g_fdiv(r, out_scale);
+    return o2g_sat_slow(o2g_cvt(y), y, lo);
 }
 
 O2G_INLINE int8_t o2g_binary_q(float r, float out_scale, long lo)

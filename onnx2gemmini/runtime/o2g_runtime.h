@@ -39,7 +39,7 @@ struct o2g_window {
 };
 
 /* ONNX QuantizeLinear to int8, zero point 0: float32 x / scale, round half
- * to even, saturate. NaN becomes 0. */
+ * to even, saturate. NaN becomes -128 (as onnxruntime's x86 kernel). */
 void o2g_quantize(const float *x, int8_t *y, size_t count, float scale);
 
 /* The same, reading NCHW float data and writing NHWC int8. */
@@ -114,8 +114,9 @@ void o2g_resize_linear(const int8_t *x, int8_t *y, int rank, const int *in_shape
 void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table);
 
 /* Elementwise float32 op with NumPy broadcasting: each operand is int8 (dequantized with its scale)
- * or float32 (a constant); strides are in elements per output dimension (0 = broadcast). NaN
- * becomes 0 and +-inf +-3e38 before quantizing with out_scale (then ReLU when relu). Exact. */
+ * or float32 (a constant); strides are in elements per output dimension (0 = broadcast). The
+ * result is quantized with out_scale (then ReLU when relu): infinities saturate, NaN becomes the
+ * lower bound (-128, or 0 under ReLU) as in o2g_quantize. Exact. */
 /* O2G_PRELU: a < 0 ? a * b : a (b the slope) */
 enum o2g_binary_fn { O2G_ADD, O2G_SUB, O2G_MUL, O2G_DIV, O2G_MAX, O2G_MIN, O2G_PRELU };
 struct o2g_operand {
