@@ -14,23 +14,44 @@ K_CHUNK = 1024
 
 
 def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact int32 product of int8 matrices [I,K] x [K,J]."""
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    """Exact int32 product of int8 matrices [I,K] x [K,J] (either may come as float32 holding int8 values,
+    e.g. weights converted once by the emulator).
+
+    Each K-chunk's product is exact in float32 and converts exactly to int32; adding the chunks in int32
+    wraps modulo 2^32 as the accumulator does."""
+    a32, b32 = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
     k = a.shape[1]
-    if k <= K_CHUNK:
-        return (a32 @ b32).astype(np.int32)
-    acc = np.zeros((a.shape[0], b.shape[1]), np.int64)
-    for k0 in range(0, k, K_CHUNK):
-        acc += (a32[:, k0:k0 + K_CHUNK] @ b32[k0:k0 + K_CHUNK]).astype(np.int64)
-    return wrap_int32(acc)
+    acc = (a32[:, :K_CHUNK] @ b32[:K_CHUNK]).astype(np.int32)
+    for k0 in range(K_CHUNK, k, K_CHUNK):
+        acc += (a32[:, k0:k0 + K_CHUNK] @ b32[k0:k0 + K_CHUNK]).astype(np.int32)
+    return acc
+
+
+def float32_exact(b: np.ndarray, d: np.ndarray | None) -> bool:
+    """Whether x @ b + d stays exact in float32 for every int8 x and int8 matrix b [K, J], whatever K:
+    every partial sum of products and bias is an integer of magnitude at most
+    128 * (largest column sum of |b|) + max|d|, and float32 holds every integer up to 2^24 exactly, in any
+    summation order (FMA included)."""
+    if b.ndim != 2:
+        raise ValueError(f"float32_exact: expected a [K, J] matrix, got shape {b.shape}")
+    bound = 128 * int(np.abs(b.astype(np.int64)).sum(axis=0).max(initial=0))
+    if d is not None and d.size:
+        bound += int(np.abs(d.astype(np.int64)).max())
+    return bound <= 2**24
 
 
 def matmul(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, scale: float, relu: bool,
-           repeating_bias: bool = True) -> np.ndarray:
-    """tiled_matmul_auto in WS mode with int8 output."""
+           repeating_bias: bool = True, exact_f32: bool = False) -> np.ndarray:
+    """tiled_matmul_auto in WS mode with int8 output. `exact_f32`: float32_exact(b, d) holds (the caller
+    checked it once per weight), so one float32 product, bias add and read-out give the exact result."""
+    if exact_f32:
+        acc = a.astype(np.float32, copy=False) @ b.astype(np.float32, copy=False)
+        if d is not None:
+            acc += d.astype(np.float32).reshape(1, -1) if repeating_bias else d.astype(np.float32)
+        return acc_scale(acc, scale, relu)
     acc = int8_matmul(a, b)
-    if d is not None:
-        acc = wrap_int32(acc.astype(np.int64) + (d.reshape(1, -1) if repeating_bias else d))
+    if d is not None:  # int32 + int32 wraps like the accumulator
+        acc += d.astype(np.int32, copy=False).reshape(1, -1) if repeating_bias else d.astype(np.int32, copy=False)
     return acc_scale(acc, scale, relu)
 
 
@@ -58,11 +79,12 @@ def windows(x: np.ndarray, kernel, strides, pads, dilations, out, pad_value: int
     return win.transpose(0, 1, 2, 4, 5, 3)  # N, OH, OW, KH, KW, C
 
 
-def im2col(x: np.ndarray, kernel, strides, pads, dilations, out) -> np.ndarray:
-    """[N*OH*OW, KH*KW*C] int8 patches, columns ordered (kh, kw, c) like Gemmini's conv weights."""
+def im2col(x: np.ndarray, kernel, strides, pads, dilations, out, dtype=np.int8) -> np.ndarray:
+    """[N*OH*OW, KH*KW*C] patches, columns ordered (kh, kw, c) like Gemmini's conv weights; `dtype` float32
+    gathers and converts in one pass for a float32 GEMM."""
     win = windows(x, kernel, strides, pads, dilations, out)
     n, oh, ow = win.shape[:3]
-    return np.ascontiguousarray(win).reshape(n * oh * ow, -1)
+    return np.ascontiguousarray(win, dtype=dtype).reshape(n * oh * ow, -1)
 
 
 def maxpool_zero_padded(y: np.ndarray, size: int, stride: int, padding: int) -> np.ndarray:
@@ -74,12 +96,13 @@ def maxpool_zero_padded(y: np.ndarray, size: int, stride: int, padding: int) -> 
     return win.max(axis=(3, 4))
 
 
-def conv(x, w, bias, stride, padding, kernel_dim, out_dims, scale, relu, pool) -> np.ndarray:
-    """tiled_conv_auto: NHWC int8 in, [KH*KW*IC][OC] weights, int32 bias, optional fused max-pool."""
+def conv(x, w, bias, stride, padding, kernel_dim, out_dims, scale, relu, pool, exact_f32: bool = False) -> np.ndarray:
+    """tiled_conv_auto: NHWC int8 in, [KH*KW*IC][OC] weights, int32 bias, optional fused max-pool
+    (`exact_f32` as in matmul)."""
     n = x.shape[0]
     oh, ow = out_dims
-    cols = im2col(x, (kernel_dim, kernel_dim), (stride, stride), (padding,) * 4, (1, 1), (oh, ow))
-    y = matmul(cols, w, bias, scale, relu).reshape(n, oh, ow, -1)
+    cols = im2col(x, (kernel_dim, kernel_dim), (stride, stride), (padding,) * 4, (1, 1), (oh, ow), np.float32)
+    y = matmul(cols, w, bias, scale, relu, exact_f32=exact_f32).reshape(n, oh, ow, -1)
     if pool and pool[1]:
         y = maxpool_zero_padded(y, *pool)
     return y
@@ -133,7 +156,9 @@ def avgpool(x, kernel, strides, pads, dilations, out, count_include_pad=0, **_) 
         count = windows(padded, kernel, strides, (0, 0, 0, 0), dilations, out, pad_value=0).sum(axis=(3, 4))
     else:
         count = windows(ones, kernel, strides, pads, dilations, out, pad_value=0).sum(axis=(3, 4))
-    return quantize(total.astype(np.float32) / count.astype(np.float32), 1.0)
+    # a window wholly in the padding (count 0) averages nothing: 0, as the C runtime writes it
+    mean = total.astype(np.float32) / np.maximum(count, 1).astype(np.float32)
+    return quantize(mean, 1.0)
 
 
 def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
@@ -190,16 +215,32 @@ def binary(fn: str, operands, in_scales, out_scale, relu=False) -> np.ndarray:
             for x, s in zip(operands, in_scales))
     with np.errstate(divide="ignore", invalid="ignore"):
         y = BINARY[fn](a, b).astype(np.float32)
-    y = np.nan_to_num(y, nan=0.0, posinf=3e38, neginf=-3e38)
     return quantize(y, out_scale, lo=0 if relu else -128)
 
 
 def depthwise_conv(x, w, bias, kernel, strides, pads, dilations, out, multiplier, scale, relu) -> np.ndarray:
-    """Exact int8 depthwise conv (NHWC; weights [KH][KW][C*multiplier]) with Gemmini's requantization."""
-    win = windows(x, kernel, strides, pads, dilations, out).astype(np.int32)  # N, OH, OW, KH, KW, C
-    if multiplier > 1:
-        win = np.repeat(win, multiplier, axis=-1)
-    acc = np.einsum("nhwijc,ijc->nhwc", win, w.astype(np.int32), optimize=True)
+    """Exact int8 depthwise conv (NHWC; weights [KH][KW][C*multiplier]) with Gemmini's requantization.
+
+    Tap by tap in float32 on strided views of the input (no KH*KW-fold copy): every partial sum is an
+    integer of magnitude at most KH*KW*2^14, exact in float32 up to 1024 taps (beyond, int32 einsum)."""
+    kh, kw = kernel
+    if kh * kw > 1024:
+        win = windows(x, kernel, strides, pads, dilations, out).astype(np.int32)  # N, OH, OW, KH, KW, C
+        if multiplier > 1:
+            win = np.repeat(win, multiplier, axis=-1)
+        acc = np.einsum("nhwijc,ijc->nhwc", win, w.astype(np.int32), optimize=True)
+    else:
+        xf = x.astype(np.float32)
+        if multiplier > 1:
+            xf = np.repeat(xf, multiplier, axis=-1)
+        win = windows(xf, kernel, strides, pads, dilations, out)  # a view: N, OH, OW, KH, KW, C
+        wf = w.astype(np.float32)
+        total = np.zeros(win.shape[:3] + win.shape[5:], np.float32)
+        term = np.empty_like(total)
+        for i in range(kh):
+            for j in range(kw):
+                total += np.multiply(win[:, :, :, i, j, :], wf[i, j], out=term)
+        acc = total.astype(np.int32)
     if bias is not None:
         acc = acc + bias
     return acc_scale(wrap_int32(acc), scale, relu)

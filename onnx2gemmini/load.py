@@ -9,6 +9,7 @@ import hashlib
 import logging
 import math
 import stat
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -395,9 +396,37 @@ def _lift_constants(model: onnx.ModelProto) -> None:
     model.graph.node.extend(keep)
 
 
-def _simplify(model: onnx.ModelProto) -> onnx.ModelProto:
+# Packages some onnxsim releases import at start-up for features we never call (torch for PPQ and export
+# bridges, sympy for symbolic-shape printing): seconds of a compile. `_import_onnxsim` keeps them out.
+ONNXSIM_UNUSED = ("torch", "sympy")
+
+
+def _import_onnxsim():
+    """onnxsim, imported without ONNXSIM_UNUSED unless they are already loaded (then they cost nothing).
+
+    Each is marked absent (None in sys.modules, the documented way) only while onnxsim imports, and every
+    onnxsim import of them is optional; if a release needs one after all, onnxsim is imported again the
+    ordinary way."""
+    blocked = [name for name in ONNXSIM_UNUSED if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None
     try:
         import onnxsim
+        return onnxsim
+    except ImportError:
+        for name in [m for m in sys.modules if m == "onnxsim" or m.startswith("onnxsim.")]:
+            del sys.modules[name]
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+    import onnxsim
+    return onnxsim
+
+
+def _simplify(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        onnxsim = _import_onnxsim()
     except ImportError:  # pragma: no cover - a declared dependency
         log.warning("onnxsim is not installed; the model is compiled without simplification")
         return model
@@ -460,13 +489,41 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
     if simplify:
         model = _simplify(model)
         _lift_constants(model)
-    try:
-        model = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except Exception as exc:
-        raise ModelError(f"{path}: shape inference failed: {str(exc).strip().splitlines()[0][:300]}") from None
+    model = _infer_shapes(model, path)
     _check_activations(model)
     _check_finite(model)
     return LoadedModel(str(path), digest, model, original_opset, files)
+
+
+def _infer_shapes(model: onnx.ModelProto, path: str) -> onnx.ModelProto:
+    """Strict shape inference. Exporters sometimes declare a graph output's (or a value_info's) shape wrongly,
+    and onnxruntime runs such models anyway: when inference contradicts a declaration, the declared shapes are
+    dropped (declarations compute nothing) and inferred again, with a warning naming what changed."""
+    def infer(m):
+        return shape_inference.infer_shapes(m, check_type=True, strict_mode=True, data_prop=True)
+
+    try:
+        return infer(model)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300]
+    declared = {vi.name: vi for vi in list(model.graph.output) + list(model.graph.value_info)
+                if vi.type.tensor_type.HasField("shape")}
+    if "existing shape differ" not in first or not declared:
+        raise ModelError(f"{path}: shape inference failed: {first}")
+    texts = {name: _shape_text(d.dim_value or d.dim_param or "?" for d in vi.type.tensor_type.shape.dim)
+             for name, vi in declared.items()}
+    for vi in declared.values():
+        vi.type.tensor_type.ClearField("shape")
+    try:
+        model = infer(model)
+    except Exception:
+        raise ModelError(f"{path}: shape inference failed: {first}") from None
+    for vi in list(model.graph.output) + list(model.graph.value_info):
+        got = _shape_text(d.dim_value or d.dim_param or "?" for d in vi.type.tensor_type.shape.dim)
+        if vi.name in texts and got != texts[vi.name]:
+            log.warning("tensor '%s': the model declares shape %s, its node computes %s; the declaration is "
+                        "ignored", vi.name, texts[vi.name], got)
+    return model
 
 
 def initializer_arrays(model: onnx.ModelProto) -> dict:

@@ -34,3 +34,63 @@ def test_robust_methods_clip_the_outlier(method, upper):
 def test_unknown_method():
     with pytest.raises(UsageError, match="calib-method"):
         calibrate(identity_model(), data_with_outlier(), "magic")
+
+
+def conv_model():
+    """Conv -> Relu -> Conv: ReLU zeros, a mean tensor, several outputs."""
+    r = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["a"], pads=[1] * 4), helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "W2"], ["y"])]
+    inits = {"W1": r.normal(size=(6, 3, 3, 3)).astype(np.float32), "W2": r.normal(size=(4, 6, 1, 1)).astype(np.float32)}
+    return infer_outputs(nodes, {"x": [1, 3, 8, 8]}, inits)
+
+
+def conv_data(n=6):
+    return Dataset({"x": np.random.default_rng(3).normal(size=(n, 1, 3, 8, 8)).astype(np.float32)}, None, "t")
+
+
+def two_pass_reference(model, data, method):
+    """The estimator as two plain passes (largest |x|, then np.histogram of every |x|), sample by sample."""
+    from onnx2gemmini.calibrate import BINS, _mse, _percentile, float_tensors, run_float
+
+    tensors = float_tensors(model)
+    amax = {t: 0.0 for t in tensors}
+    for values in run_float(model, data, tensors):
+        for t, v in values.items():
+            amax[t] = max(amax[t], float(np.max(np.abs(v))))
+    hist = {t: np.zeros(BINS, np.int64) for t in tensors}
+    for values in run_float(model, data, tensors):
+        for t, v in values.items():
+            hist[t] += np.histogram(np.abs(v), bins=BINS, range=(0.0, amax[t]))[0]
+    pick = _percentile if method == "percentile" else _mse
+    return {t: pick(hist[t], amax[t]) for t in tensors}
+
+
+@pytest.mark.parametrize("method", ["percentile", "mse"])
+def test_one_pass_equals_two_plain_passes(method, monkeypatch):
+    from onnx2gemmini import calibrate as cal
+
+    model, data = conv_model(), conv_data()
+    expected = two_pass_reference(model, data, method)
+    one = cal.statistics(model, data, method, threads=3)
+    assert one.passes == 1 and one.amax == expected
+    monkeypatch.setattr(cal, "KEEP_BYTES", 0)  # too little memory: the histograms take a second pass
+    two = cal.statistics(model, data, method, threads=1)
+    assert two.passes == 2 and two.amax == expected
+
+
+def test_means_and_ranges_from_the_same_pass_do_not_depend_on_threads():
+    from onnx2gemmini.calibrate import channel_means, statistics
+
+    model, data = conv_model(), conv_data(9)
+    runs = [statistics(model, data, "mse", ["a", "ar", "y"], ["x", "ar"], threads=n) for n in (1, 2, 4)]
+    assert set(runs[0].amax) == {"a", "ar", "y"}
+    for other in runs[1:]:
+        assert other.amax == runs[0].amax
+        for t in ("x", "ar"):
+            for k in ("axis1", "last"):
+                assert np.array_equal(other.means[t][k], runs[0].means[t][k])
+    reference = channel_means(model, data, ["x", "ar"])
+    for t in ("x", "ar"):
+        for k in ("axis1", "last"):
+            np.testing.assert_allclose(runs[0].means[t][k], reference[t][k], rtol=1e-12)

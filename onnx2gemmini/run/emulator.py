@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from .. import kernels
@@ -10,6 +11,24 @@ from .. import kernels
 class Emulator:
     def __init__(self, plan: Plan):
         self.plan = plan
+        self._float_weights: dict[str, np.ndarray] = {}
+        self._exact: dict[tuple, bool] = {}
+
+    def weights(self, tid: str) -> np.ndarray:
+        """A constant matmul/conv operand as float32 (holding its int8 values), converted once per emulator:
+        BLAS multiplies float32, and converting every weight again for every image costs a fifth of a run."""
+        cached = self._float_weights.get(tid)
+        if cached is None:
+            cached = self._float_weights[tid] = self.plan.constants[tid].astype(np.float32)
+        return cached
+
+    def exact_f32(self, weights: str, bias: str | None, shape: tuple[int, int]) -> bool:
+        """kernels.float32_exact for a constant [K, J] weight (`shape`) and bias, decided once per emulator."""
+        key = (weights, bias, shape)
+        if key not in self._exact:
+            consts = self.plan.constants
+            self._exact[key] = kernels.float32_exact(consts[weights].reshape(shape), consts[bias] if bias else None)
+        return self._exact[key]
 
     def run(self, inputs: dict[str, np.ndarray], keep: bool = False) -> dict[str, np.ndarray]:
         """Float model inputs by ONNX name -> int8 buffers by tensor id (all of them if `keep`)."""
@@ -27,13 +46,17 @@ class Emulator:
             return buffers
         return {tid: self.get(buffers, tid) for tid in plan.outputs}
 
-    def _rows(self, tid: str) -> np.ndarray:
-        """Flat indices, in its base's bytes, of a slice's elements (rows strided by the parent's width)."""
+    def _slice_view(self, buffer: np.ndarray, tid: str) -> np.ndarray:
+        """A slice's elements as a [rows, width] strided view of its base's (contiguous) buffer, rows strided
+        by the parent's width: reads and writes without building index arrays."""
         t, plan = self.plan.tensors[tid], self.plan
         width = t.shape[-1]
-        rows = int(np.prod(t.shape, dtype=np.int64)) // width
-        return (plan.elem_offset(tid) + np.arange(rows)[:, None] * plan.row_stride(tid)
-                + np.arange(width)[None, :])
+        rows = int(np.prod(t.shape, dtype=np.int64)) // width if width else 0
+        offset, stride = plan.elem_offset(tid), plan.row_stride(tid)
+        flat = buffer.reshape(-1)
+        if rows and offset + (rows - 1) * stride + width > flat.size:
+            raise ValueError(f"slice {tid} reaches past its base buffer")
+        return as_strided(flat[offset:], (rows, width), (stride * flat.itemsize, flat.itemsize))
 
     def _store(self, buffers: dict[str, np.ndarray], tid: str, value: np.ndarray) -> None:
         """A step's result into the bytes it owns: a view fills its base, a slice its range of the base."""
@@ -41,10 +64,11 @@ class Emulator:
         if self.plan.tensors[tid].slice_of is None:
             buffers[base.id] = value.reshape(base.shape)
             return
-        if base.id not in buffers:
-            buffers[base.id] = np.zeros(base.shape, np.dtype(base.dtype))
-        rows = self._rows(tid)
-        buffers[base.id].reshape(-1)[rows] = value.reshape(rows.shape)
+        if base.id not in buffers or not buffers[base.id].flags.c_contiguous:
+            buffers[base.id] = (np.zeros(base.shape, np.dtype(base.dtype)) if base.id not in buffers
+                                else np.ascontiguousarray(buffers[base.id]))
+        view = self._slice_view(buffers[base.id], tid)
+        view[...] = value.reshape(view.shape)
 
     def get(self, buffers: dict[str, np.ndarray], tid: str) -> np.ndarray:
         """A tensor's value, following views and slices to the buffer that holds its bytes."""
@@ -55,7 +79,7 @@ class Emulator:
         t = self.plan.tensors[tid]
         if t.slice_of is not None:
             base = self.plan.base(tid)
-            return buffers[base.id].reshape(-1)[self._rows(tid)].reshape(t.shape)
+            return self._slice_view(buffers[base.id], tid).copy().reshape(t.shape)  # a copy, as a gather gives
         return self.get(buffers, t.view_of).reshape(t.shape)
 
     def execute_step(self, step, buffers) -> list[np.ndarray]:
@@ -66,14 +90,16 @@ class Emulator:
         if isinstance(step, Matmul):
             a = get(step.A).reshape(step.I, step.K)
             d = consts[step.D] if step.D else None
-            b = get(step.B).reshape(step.K, step.J)
-            return [kernels.matmul(a, b, d, step.scale, step.act == 1, step.repeating_bias)]
+            b = (self.weights(step.B) if step.B in consts else get(step.B)).reshape(step.K, step.J)
+            exact = step.B in consts and self.exact_f32(step.B, step.D, (step.K, step.J))
+            return [kernels.matmul(a, b, d, step.scale, step.act == 1, step.repeating_bias, exact)]
         if isinstance(step, Conv):
             x = get(step.input).reshape(step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels)
             bias = consts[step.bias] if step.bias else None
             pool = (step.pool_size, step.pool_stride, step.pool_padding) if step.pool_stride else None
-            return [kernels.conv(x, consts[step.weights], bias, step.stride, step.padding, step.kernel_dim,
-                                 (step.out_row_dim, step.out_col_dim), step.scale, step.act == 1, pool)]
+            return [kernels.conv(x, self.weights(step.weights), bias, step.stride, step.padding, step.kernel_dim,
+                                 (step.out_row_dim, step.out_col_dim), step.scale, step.act == 1, pool,
+                                 self.exact_f32(step.weights, step.bias, (-1, step.out_channels)))]
         if isinstance(step, ConvDw):
             x = get(step.input).reshape(step.batch_size, step.in_row_dim, step.in_col_dim, step.channels)
             w = consts[step.weights].transpose(1, 2, 0)  # [C][KH][KW] -> [KH][KW][C]

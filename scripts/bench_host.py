@@ -1,0 +1,218 @@
+"""Compile and emulator speed against onnxruntime, side by side in one run (ratios, never asserted).
+
+    python scripts/bench_host.py [resnet50 mobilenet_v2 transformer] [--repeats 3] [--samples 8]
+
+compile: the whole `onnx2gemmini MODEL --calib CALIB` command (defaults: mse ranges, equalization, bias
+  correction, every artifact written) against a process running onnxruntime's `quantize_static` (QDQ,
+  symmetric int8 activations and weights, per tensor, MinMax) on the same samples and writing its model.
+  Both are whole processes (interpreter, imports, work), run in turn A B A B ...; the ratio is the median
+  of the pairwise ratios, which holds when the machine's speed drifts.
+emulator: seconds per image of the bit-exact emulator against onnxruntime's int8 session on the QDQ model
+  of the very same quantization (which it fuses into QLinearConv/QGemm), both single-threaded (BLAS and
+  onnxruntime), interleaved in one process; the peak memory numpy allocates during one emulated image.
+
+Models (no weights are downloaded): onnx's light ResNet-50 (shipped in the onnx wheel, synthetic weights),
+and a MobileNetV2 (224x224, width 1.0) and a 4-layer transformer encoder (d=256, 8 heads, 128 tokens)
+built with torch from seeded random weights. Calibration data are seeded random samples.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+ORT_QUANTIZE = """
+import logging, sys, numpy as np
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+class Reader(CalibrationDataReader):
+    def __init__(self, name, x):
+        self.samples = iter([{name: v} for v in x])
+    def get_next(self):
+        return next(self.samples, None)
+model, calib, out = sys.argv[1:4]
+data = np.load(calib)
+name = [k for k in data.files if k != "labels"][0]
+logging.disable(logging.WARNING)
+quantize_static(model, out, Reader(name, data[name]), quant_format=QuantFormat.QDQ, per_channel=False,
+                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+"""
+
+EMULATOR = """
+import json, sys, time, tracemalloc, numpy as np
+import onnx2gemmini as o2g
+from onnx2gemmini.calibrate import session
+from onnx2gemmini.golden import build_qdq
+from onnx2gemmini.run.emulator import Emulator
+model, calib, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+compiled = o2g.compile(model, calib=calib, num_calib=2)
+name = compiled.graph.inputs[0].name
+images = np.load(calib)[name]
+emulator = Emulator(compiled.plan)
+golden = session(build_qdq(compiled.graph, compiled.quant))
+feeds = [{name: images[i % len(images)].reshape(compiled.graph.inputs[0].shape)} for i in range(repeats)]
+emulator.run(feeds[0]); golden.run(None, feeds[0])  # warm-up: weights converted once, sessions ready
+emu, ort = [], []
+for feed in feeds:
+    t = time.perf_counter(); emulator.run(feed); emu.append(time.perf_counter() - t)
+    t = time.perf_counter(); golden.run(None, feed); ort.append(time.perf_counter() - t)
+tracemalloc.start(); emulator.run(feeds[0]); peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
+print(json.dumps({"emulator_s": emu, "ort_s": ort, "peak_bytes": peak}))
+"""
+
+
+def build_models(names: list[str], folder: Path) -> dict[str, Path]:
+    """The benchmark models as ONNX files in `folder`."""
+    paths = {}
+    for name in names:
+        if name == "resnet50":
+            paths[name] = LIGHT / "light_resnet50.onnx"
+            continue
+        import torch
+        from torch import nn
+
+        torch.manual_seed(0)
+        if name == "mobilenet_v2":
+            module, shape = mobilenet_v2(nn), (1, 3, 224, 224)
+        elif name == "transformer":
+            layer = nn.TransformerEncoderLayer(256, 8, 1024, dropout=0.0, batch_first=True)
+            module, shape = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False), (1, 128, 256)
+        else:
+            raise SystemExit(f"unknown model {name} (resnet50, mobilenet_v2, transformer)")
+        module.eval()
+        path = folder / f"{name}.onnx"
+        # not under torch.no_grad(): there the encoder takes its fused fast path, which has no ONNX export
+        torch.onnx.export(module, (torch.randn(*shape),), str(path), dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"])
+        paths[name] = path
+    return paths
+
+
+def mobilenet_v2(nn):
+    """torchvision's MobileNetV2 (width 1.0, 1000 classes), rebuilt here: inverted residuals with ReLU6."""
+    class Block(nn.Module):
+        def __init__(self, c_in, c_out, expand, stride):
+            super().__init__()
+            h = c_in * expand
+            layers = [] if expand == 1 else [nn.Conv2d(c_in, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6()]
+            layers += [nn.Conv2d(h, h, 3, stride, 1, groups=h, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+                       nn.Conv2d(h, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+            self.block = nn.Sequential(*layers)
+            self.residual = stride == 1 and c_in == c_out
+
+        def forward(self, x):
+            return x + self.block(x) if self.residual else self.block(x)
+
+    layers, c = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()], 32
+    for t, out, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                         (6, 320, 1, 1)]:
+        for i in range(n):
+            layers.append(Block(c, out, t, s if i == 0 else 1))
+            c = out
+    layers += [nn.Conv2d(c, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(), nn.AdaptiveAvgPool2d(1),
+               nn.Flatten(), nn.Linear(1280, 1000)]
+    net = nn.Sequential(*layers)
+    for m in net.modules():  # trained-like BatchNorm statistics, so folding is exercised
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    return net
+
+
+def calibration(model: Path, samples: int, folder: Path) -> Path:
+    """`samples` seeded standard-normal samples for the model's (single) input, as an .npz."""
+    m = onnx.load(model, load_external_data=False)
+    inits = {t.name for t in m.graph.initializer}
+    vi = next(i for i in m.graph.input if i.name not in inits)
+    shape = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal((samples, *shape)).astype(np.float32)
+    path = folder / f"{model.stem}_calib.npz"
+    np.savez(path, **{vi.name: x})
+    return path
+
+
+def timed(cmd: list[str], env: dict | None = None) -> float:
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    return elapsed
+
+
+def bench_compile(model: Path, calib: Path, repeats: int, folder: Path) -> dict:
+    ours_cmd = [sys.executable, "-m", "onnx2gemmini.cli", str(model), "--calib", str(calib), "-o",
+                str(folder / "out"), "--force", "-q"]
+    ort_cmd = [sys.executable, "-c", ORT_QUANTIZE, str(model), str(calib), str(folder / "ort_qdq.onnx")]
+    ours, ort = [], []
+    timed(ours_cmd)  # warm-up: file caches
+    timed(ort_cmd)
+    for _ in range(repeats):
+        ours.append(timed(ours_cmd))
+        ort.append(timed(ort_cmd))
+    phases = json.loads((folder / "out" / "report.json").read_text())["timing"]
+    return {"ours_s": ours, "ort_s": ort, "ratio": statistics.median(a / b for a, b in zip(ours, ort)),
+            "phases": phases}
+
+
+def bench_emulator(model: Path, calib: Path, repeats: int) -> dict:
+    env = {**os.environ, **SINGLE_THREAD}
+    proc = subprocess.run([sys.executable, "-c", EMULATOR, str(model), str(calib), str(repeats)],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"emulator benchmark failed:\n{proc.stderr[-2000:]}")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r["ratio"] = statistics.median(a / b for a, b in zip(r["emulator_s"], r["ort_s"]))
+    return r
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["resnet50", "mobilenet_v2", "transformer"])
+    parser.add_argument("--repeats", type=int, default=3, help="timed compile pairs per model (default 3)")
+    parser.add_argument("--images", type=int, default=10, help="timed emulator images per model (default 10)")
+    parser.add_argument("--samples", type=int, default=8, help="calibration samples (default 8)")
+    parser.add_argument("--json", action="store_true", help="the figures as JSON")
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name, model in build_models(args.models, folder).items():
+            calib = calibration(model, args.samples, folder)
+            results[name] = {"compile": bench_compile(model, calib, args.repeats, folder),
+                             "emulator": bench_emulator(model, calib, args.images)}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    med = statistics.median
+    print(f"compile: whole `onnx2gemmini MODEL --calib` vs onnxruntime quantize_static, {args.samples} samples "
+          f"(median s, median ratio of {args.repeats} pairs)")
+    print(f"{'model':14} {'onnx2gemmini':>12} {'quantize_static':>15} {'ratio':>6}   phases (s, one run)")
+    for name, r in results.items():
+        c = r["compile"]
+        phases = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in c["phases"].items() if k != "total_s")
+        print(f"{name:14} {med(c['ours_s']):12.2f} {med(c['ort_s']):15.2f} {c['ratio']:6.2f}   {phases}")
+    print(f"\nemulator: one image, single thread, vs onnxruntime's int8 session on the same QDQ model "
+          f"(median of {args.images})")
+    print(f"{'model':14} {'emulator ms':>11} {'ORT int8 ms':>11} {'ratio':>6} {'peak MiB':>9}")
+    for name, r in results.items():
+        e = r["emulator"]
+        print(f"{name:14} {1e3 * med(e['emulator_s']):11.1f} {1e3 * med(e['ort_s']):11.1f} {e['ratio']:6.2f} "
+              f"{e['peak_bytes'] / 2**20:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
