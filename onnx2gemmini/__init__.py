@@ -5,36 +5,62 @@
     compiled.write("out/")
     y = compiled.run({"x": x})
     report = o2g.diff("model.onnx", data="data.npz")
+
+A torch.nn.Module compiles too: o2g.compile(module, example_inputs=(x,), calib=...). docs/api.md has the
+whole API.
 """
 from .compiler import Compiled, compile
 from .errors import CheckFailed, DataError, ModelError, O2GError, OutputError, UnsupportedError, UsageError
+from .results import DiffResult
 from .version import __version__
 
-__all__ = ["compile", "diff", "Compiled", "O2GError", "UsageError", "ModelError", "UnsupportedError",
-           "DataError", "CheckFailed", "OutputError", "__version__"]
+__all__ = ["compile", "diff", "Compiled", "DiffResult", "O2GError", "UsageError", "ModelError",
+           "UnsupportedError", "DataError", "CheckFailed", "OutputError", "__version__"]
 
 
 def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=None,
          calib_method: str = "mse", num_samples: int | None = None, equalize: bool = True,
          tiling: str = "search", bias_correction: bool = True,
-         weight_scales: str = "tensor", limits=None) -> dict:
+         weight_scales: str = "tensor", limits=None, example_inputs=None, workers: int | None = 1,
+         ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,
+         save_outputs=None) -> DiffResult:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).
 
-    `limits` overrides size limits as in `compile` (e.g. {"data_samples": 10}); they apply to `data` too.
+    `model` is what `compile` takes, or an already `Compiled` model (then the compile options are not
+    used: it is compared as it was compiled). `data` defaults to `calib`; both take the same forms as
+    `compile`'s `calib`. `limits` overrides size limits as in `compile` (e.g. {"data_samples": 10}); they
+    apply to `data` too. Pass the result to `compiled.write(OUT, diff=...)` to put it in the reports.
+    `workers` local processes (None: every core) or Ray actors (`ray`: a cluster address or "auto") compare
+    the samples, with the same result for any number; `progress(n, total)` is called as n more are done.
+    Polygraphy-style checks: `atol`/`rtol` (a number, or {output: number}) check every output value
+    elementwise, |ref - int8| <= atol + rtol*|ref|, against `load_outputs` (a file `save_outputs` wrote in
+    an earlier diff; without a tolerance the check is exact) or else against fp32; a value outside fails.
     """
     from . import limits as size_limits
+    from . import torch_export
     from .data import load_data, random_data
-    from .compare import run_diff
+    from .compare import OutputChecks, check_save_path, load_outputs as load_saved, parse_tolerances, run_diff
 
     with size_limits.applied(limits):
-        compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                           calib_method=calib_method, equalize=equalize, tiling=tiling,
-                           bias_correction=bias_correction, weight_scales=weight_scales)
+        if isinstance(model, Compiled):
+            compiled = model
+        else:
+            compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                               calib_method=calib_method, equalize=equalize, tiling=tiling,
+                               bias_correction=bias_correction, weight_scales=weight_scales,
+                               example_inputs=example_inputs)
         inputs = compiled.graph.inputs
+        data, calib = torch_export.as_data(data), torch_export.as_data(calib)
         if data is not None:
             dataset = load_data(data, inputs)
         elif calib is not None:
             dataset = load_data(calib, inputs)
         else:
             dataset = random_data(inputs, seed=1)
-        return run_diff(compiled, dataset.head(num_samples))
+        names = [o.name for o in compiled.graph.outputs]
+        checks = OutputChecks(parse_tolerances(atol, names, "atol"), parse_tolerances(rtol, names, "rtol"))
+        if load_outputs is not None:
+            checks.saved, checks.saved_source = load_saved(load_outputs, names), str(load_outputs)
+        if save_outputs is not None:
+            check_save_path(save_outputs, [*compiled.input_files(), data, calib, load_outputs])
+        return run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs)

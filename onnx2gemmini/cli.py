@@ -113,14 +113,19 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
     emit_set = parse_emit(emit)
     with limits.applied(limit):
         check_output_dir(out, force, _input_files(model, calib, config, out, force))
-        compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                                 calib_method=calib_method, command=_command_line(), tiling=tiling,
-                                 equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales)
+    with _PhaseProgress(not (quiet or as_json)) as progress:
+        with limits.applied(limit):
+            compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape,
+                                     num_calib=num_calib, calib_method=calib_method, command=_command_line(),
+                                     tiling=tiling, equalize=equalize, bias_correction=bias_correction,
+                                     weight_scales=weight_scales, progress=progress)
+        progress("write", 0, 1)
+        compiled.write(out, emit_set, force)
+        progress("write", 1, 1)
     for w in compiled.warnings:
         log.warning(w)
     for change in compiled.changes:
         log.info(change)
-    compiled.write(out, emit_set, force)
     report = json.loads((out / "report.json").read_text())
     totals = report["totals"]
     share = totals["macs_on_gemmini"] / totals["macs"] if totals["macs"] else 1.0
@@ -152,27 +157,151 @@ def _input_files(model: Path, calib, config: str, out: Path, force: bool) -> lis
     return files
 
 
+def _parallel(f):
+    """--workers and --ray, shared by diff and sweep."""
+    f = click.option("--ray", "ray_address", metavar="ADDRESS|auto",
+                     help="Run the workers as actors on a Ray cluster (pip install 'onnx2gemmini[ray]'): its "
+                     "address (HOST:PORT of its head), or 'auto' for the cluster running on this machine.")(f)
+    return click.option("--workers", type=click.IntRange(min=1), default=None,
+                        help="Parallel workers: local processes (default: every core), or Ray actors with --ray "
+                        "(default: every CPU of the cluster). Results do not depend on it.")(f)
+
+
+class _Progress:
+    """A progress bar on stderr, drawn from the first report on (click draws it on a terminal only, so logs
+    and --json's stdout stay clean); called as progress(done_now, total)."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label, self.enabled, self.bar = label, enabled and sys.stderr.isatty(), None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, n: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+class _PhaseProgress(_Progress):
+    """The compile's bar: one stretch per phase (calibration advancing per sample), the phase's name beside
+    it; called as progress(phase, done, total)."""
+
+    PHASES = ("load", "calibrate", "quantize", "plan", "tiling", "write")
+    UNITS = 100
+
+    def __init__(self, enabled: bool):
+        super().__init__("compile", enabled)
+        self.position = 0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if not self.enabled or phase not in self.PHASES:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=len(self.PHASES) * self.UNITS, label=self.label, file=sys.stderr,
+                                         item_show_func=lambda item: item)
+            self.bar.__enter__()
+        target = self.PHASES.index(phase) * self.UNITS + (self.UNITS * done) // max(total, 1)
+        if target > self.position:
+            self.bar.update(target - self.position, phase)
+            self.position = target
+
+
 @cli.command("diff")
 @_common
 @click.option("--data", type=click.Path(path_type=Path),
               help="Evaluation data; with a `labels` array, accuracy is reported. Default: the calibration data.")
 @click.option("--num-samples", type=click.IntRange(min=1), help="Compare at most N samples.")
+@click.option("--atol", multiple=True, metavar="[OUTPUT=]VALUE",
+              help="Check every output value: |ref - int8| <= atol + rtol*|ref|, ref the --load-outputs file or "
+              "else fp32 (repeatable; OUTPUT= for one output).")
+@click.option("--rtol", multiple=True, metavar="[OUTPUT=]VALUE", help="The relative part of that check.")
+@click.option("--save-outputs", type=click.Path(dir_okay=False, path_type=Path),
+              help="Save the int8 outputs (dequantized, .npz) for a later --load-outputs.")
+@click.option("--load-outputs", type=click.Path(dir_okay=False, path_type=Path),
+              help="Compare the int8 outputs with saved ones (exact unless --atol/--rtol).")
+@_parallel
 def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
              weight_scales, limit, as_json,
-             verbose, quiet, debug, data, num_samples):
+             verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, workers,
+             ray_address):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
 
     _setup_logging(verbose, quiet)
-    result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
-                 calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
-                 bias_correction=bias_correction, weight_scales=weight_scales, limits=limit)
+    with _Progress("diff", not (quiet or as_json)) as progress:
+        result = run(model, data=data, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
+                     calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
+                     bias_correction=bias_correction, weight_scales=weight_scales, limits=limit,
+                     workers=workers, ray=ray_address, progress=progress, atol=atol or None, rtol=rtol or None,
+                     load_outputs=load_outputs, save_outputs=save_outputs)
     if as_json:
         _emit_json(result)
     elif not quiet:
         click.echo(format_diff(result))
     if not result["verdict"]["passed"]:
         raise CheckFailed("diff: " + "; ".join(result["verdict"]["failures"][:5]))
+
+
+@cli.command("sweep")
+@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "config", default="default", show_default=True,
+              help="Configurations, comma-separated: preset names or JSON files.")
+@click.option("--grid", multiple=True, metavar="FIELD=V1,V2,...",
+              help="Vary a field over values for every --config (repeatable; every combination is planned): "
+              "dim, sp_kib, acc_kib, sp_banks, acc_banks, dma_bus_bits, dma_max_bytes.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("sweep"), show_default=True,
+              help="Output directory for sweep.csv, sweep.json and pareto.svg; refused if non-empty unless --force.")
+@click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
+@click.option("--calib", type=click.Path(path_type=Path), help="Calibration data (as for compile); without it: "
+              "deterministic random data (scales matter little for cycles and DRAM bytes).")
+@click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples.")
+@click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224", help="Fix a dynamic input dimension.")
+@click.option("--tiling", type=click.Choice(["search", "auto"]), default="search", show_default=True,
+              help="search: choose every matmul/conv tile; auto: gemmini.h's *_auto.")
+@click.option("--weight-scales", type=click.Choice(WEIGHT_SCALES), default=DEFAULT_WEIGHT_SCALES,
+              show_default=True, help="As for compile.")
+@click.option("--limit", "limit", multiple=True, metavar="NAME=VALUE", help="Raise or lower a size limit.")
+@_parallel
+@click.option("--json", "as_json", is_flag=True, help="The table as JSON on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="Less output.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def sweep_cmd(models, config, grid, output, force, calib, num_calib, input_shape, tiling, weight_scales, limit,
+              workers, ray_address, as_json, quiet, debug):
+    """Plan every MODEL on every configuration; write a table (CSV, JSON) and a Pareto plot of estimated
+    cycles and DRAM bytes against scratchpad + accumulator size."""
+    from .errors import ModelError
+    from .outdir import check_output_dir, replace_dir
+    from .sweep import expand_configs, format_table, parse_grid, run_sweep, write_results
+
+    _setup_logging(0, quiet)
+    with limits.applied(limit):  # a malformed --limit is a usage error now, not one per plan
+        pass
+    configs = expand_configs([c.strip() for c in config.split(",") if c.strip()], parse_grid(grid))
+    for m in models:
+        if not m.is_file():
+            raise ModelError(f"{m}: no such file")
+    files = list(models) + ([calib] if calib else []) + [Path(c) for c in config.split(",") if c.endswith(".json")]
+    real = check_output_dir(output, force, files)
+    options = {"calib": None if calib is None else str(calib), "num_calib": num_calib, "tiling": tiling,
+               "input_shape": input_shape, "weight_scales": weight_scales, "limits": limit}
+    with _Progress("sweep", not (quiet or as_json)) as progress:
+        result = run_sweep(models, configs, options, workers, ray_address, progress)
+    replace_dir(output, real, force, lambda tree: write_results(result, tree))
+    if as_json:
+        _emit_json(result)
+    elif not quiet:
+        for line in format_table(result).splitlines():
+            click.echo(ascii_text(line))
+        click.echo(f"wrote {output}/sweep.csv, sweep.json, pareto.svg ({len(result['rows'])} plans); cycles are "
+                   f"estimates (docs/cost_model.md), DRAM bytes exact for the chosen tiles")
 
 
 def _fmt(value, spec=".2f"):
@@ -182,24 +311,39 @@ def _fmt(value, spec=".2f"):
 def format_diff(result: dict) -> str:
     lines = [f"compared {result['samples']} samples", "",
              f"{'layer':48} {'op':18} {'SQNR dB':>8} {'cosine':>9} {'LSB vs QDQ':>10} {'tol':>4} {'mismatch':>9} "
-             f"{'allowed':>8}"]
+             f"{'rate':>8} {'allowed':>8}"]
     for l in result["layers"]:
         lines.append(f"{ascii_text(l['name'])[-48:]:48} {ascii_text(l['op'])[:18]:18} {_fmt(l['sqnr_db']):>8} "
                      f"{l['cosine']:9.6f} {l['max_lsb_vs_ort_qdq']:>10} {l['tolerance_lsb']:>4} "
-                     f"{l['mismatches_vs_ort_qdq']:>9} {l['allowed_mismatches']:>8}")
+                     f"{l['mismatches_vs_ort_qdq']:>9} {l['mismatch_rate']:>8.3%} {l['allowed_mismatches']:>8}")
     lines.append("")
     for name, o in result["outputs"].items():
         f, q = o["fp32_vs_int8"], o["int8_vs_ort_qdq"]
         top1 = "n/a" if f["top1_agreement"] is None else f"{f['top1_agreement']:.2%}"
+        rtol = "none (a reference value is 0)" if f["required_rtol"] is None else f"{f['required_rtol']:.4g}"
         name = ascii_text(name)
         lines.append(f"output {name}: fp32 vs int8: max_abs {f['max_abs']:.4g}, cosine {f['cosine']:.6f}, "
-                     f"SQNR {_fmt(f['sqnr_db'])} dB, top-1 agreement {top1}")
+                     f"SQNR {_fmt(f['sqnr_db'])} dB, top-1 agreement {top1}; passes at atol {f['required_atol']:.4g} "
+                     f"or rtol {rtol}")
         lines.append(f"output {name}: int8 vs onnxruntime QDQ: {q['mismatches']} mismatches in {q['compared']:,} "
                      f"values, max {q['max_lsb']} LSB")
+        if "int8_vs_saved" in o:
+            v = o["int8_vs_saved"]
+            lines.append(f"output {name}: int8 vs saved outputs: {v['mismatches']} of {v['compared']:,} values differ, "
+                         f"max_abs {v['max_abs']:.4g}")
+        if "tolerance_check" in o:
+            c = o["tolerance_check"]
+            lines.append(f"output {name}: within atol {c['atol']:g} + rtol {c['rtol']:g} of {c['reference']}: "
+                         f"{c['compared'] - c['outside']:,} of {c['compared']:,} values"
+                         + ("" if c["passed"] else f" ({c['outside']:,} outside)"))
     if "accuracy" in result:
         a = result["accuracy"]
         lines.append(f"accuracy: fp32 {a['fp32']:.2%}, int8 {a['int8']:.2%}")
     v = result["verdict"]
+    first = v.get("first_divergent_layer")
+    if first is not None:
+        lsb = next(l["max_lsb_vs_ort_qdq"] for l in result["layers"] if l["name"] == first)
+        lines.append(f"first layer differing from onnxruntime QDQ: {ascii_text(first)} ({lsb} LSB)")
     lines.append("PASSED" if v["passed"] else "FAILED: " + ascii_text("; ".join(v["failures"][:5])))
     return "\n".join(lines)
 
@@ -272,6 +416,18 @@ def _n(value) -> str:
 
 def _p(value) -> str:
     return "-" if value is None else f"{value:.1%}"
+
+
+@cli.command("view")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--port", type=click.IntRange(1, 65535), help="Port of Netron's local server (default: Netron's).")
+@click.option("--no-browser", is_flag=True, help="Only serve the model; do not open a browser.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def view_cmd(out, port, no_browser, debug):
+    """Open OUT/model.annotated.onnx in Netron (pip install netron): the plan drawn on the graph."""
+    from .view import view
+
+    view(out, port=port, browse=not no_browser)
 
 
 @cli.command("ops")

@@ -7,6 +7,8 @@ one inexact layer does not hide or smear the others.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,9 +19,12 @@ from onnx.utils import Extractor
 from .calibrate import session
 from .compiler import Compiled
 from .data import Dataset
+from .errors import DataError, OutputError, UsageError
+from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name
 from .metrics import cosine, sqnr_db, top1_agreement
 from .numerics import quantize, resadd_mismatch_rate, resadd_tolerance
+from .parallel import map_ordered
 from .plan import CpuOp, GlobalAverage, Resadd, Tensor
 from .run.emulator import Emulator
 from .tolerance import EXACT, Tolerance
@@ -51,8 +56,7 @@ class _Layer:
     inputs: list[str]
     tolerance: Tolerance
     unfused: bool = False  # checked against onnxruntime's basic level (cpu.CpuKernel.golden_unfused)
-    ref: list = field(default_factory=list)
-    ours: list = field(default_factory=list)
+    sums: list = field(default_factory=list)  # over the samples: |ref|^2, |ref - ours|^2, ref.ours, |ours|^2
     lsb: int = 0
     mismatches: int = 0
     compared: int = 0
@@ -86,81 +90,140 @@ def _holders(plan) -> dict[str, str]:
     return index
 
 
-def run_diff(compiled: Compiled, data: Dataset) -> dict:
-    """Compare over every sample of `data`; returns the CONTRACTS.md `diff --json` document."""
-    plan, graph, quant = compiled.plan, compiled.graph, compiled.quant
+# With the default number of workers, each local process gets at least this much work (multiply-accumulates
+# over its samples, a few seconds of emulation): starting one (imports, onnxruntime sessions) costs seconds.
+MACS_PER_WORKER = 20e9
+
+
+class _Checker:
+    """What one process needs to compare samples: the onnxruntime sessions (float model, QDQ golden, one
+    QDQ sub-model per layer) and the emulator. `__call__` compares one sample."""
+
+    def __init__(self, compiled: Compiled):
+        plan, graph, quant = compiled.plan, compiled.graph, compiled.quant
+        self.plan, self.graph, self.quant = plan, graph, quant
+        self.layers = _layers(compiled)
+        qdq = build_qdq(graph, quant, plan.model_name)
+        self.output_names = [o.name for o in graph.outputs]
+        self.fp32_names = self.output_names + [l.tensor for l in self.layers]
+        self.fp32 = session(build_float(graph), [l.tensor for l in self.layers])
+        self.golden = session(qdq)
+        extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
+        self.sub_sessions = []
+        for layer in self.layers:
+            feeds = [input_tensor_name(graph, t) for t in layer.inputs]
+            sub = extractor.extract_model(feeds, [layer.tensor])
+            level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if layer.unfused else \
+                ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            self.sub_sessions.append((session(sub, level=level), feeds))
+        self.emulator = Emulator(plan)
+        self.holders = _holders(plan)
+
+    def int8_value(self, buffers, onnx_name: str) -> np.ndarray:
+        t = self.plan.tensors[self.holders[onnx_name]]
+        return to_onnx_layout(t, self.emulator.get(buffers, t.id))
+
+    def __call__(self, sample: dict[str, np.ndarray]) -> dict:
+        """One sample: per output the fp32 and int8 values and the mismatch counts against the QDQ golden;
+        per layer the mismatch counts against its QDQ sub-model and the float64 sums its SQNR and cosine
+        come from (signal, noise, dot product, int8 power)."""
+        plan, quant = self.plan, self.quant
+        buffers = self.emulator.run(sample, keep=True)
+        ref_values = dict(zip(self.fp32_names, self.fp32.run(self.fp32_names, sample)))
+        gold = dict(zip(self.output_names, self.golden.run(self.output_names, sample)))
+        outputs = {}
+        for name, tid in zip(self.output_names, plan.outputs):
+            t = plan.tensors[tid]
+            q = self.emulator.get(buffers, tid).astype(np.int32)
+            g = quantize(gold[name], t.scale).astype(np.int32)
+            outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(q != g)),
+                             "max_lsb": int(np.max(np.abs(q - g))) if q.size else 0,
+                             "fp32": ref_values[name], "int8": q.astype(np.float32) * np.float32(t.scale)}
+        layers = []
+        for layer, (sess, feeds) in zip(self.layers, self.sub_sessions):
+            ours = self.int8_value(buffers, layer.tensor).astype(np.int32)
+            scale = np.float32(quant.scales[layer.tensor])
+            feed = {name: self.int8_value(buffers, src).astype(np.float32) * np.float32(quant.scales[src])
+                    for src, name in zip(layer.inputs, feeds)}
+            gold_layer = quantize(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
+            diff = np.abs(ours - gold_layer)
+            ref = np.asarray(ref_values[layer.tensor], np.float64).ravel()
+            mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()
+            layers.append((int(diff.max()) if diff.size else 0, int(np.count_nonzero(diff)), diff.size,
+                           float(np.dot(ref, ref)), float(np.dot(ref - mine, ref - mine)), float(np.dot(ref, mine)),
+                           float(np.dot(mine, mine))))
+        return {"outputs": outputs, "layers": layers}
+
+
+def _checker(compiled: Compiled) -> _Checker:
+    """parallel.map_ordered's setup: one checker per worker."""
+    return _Checker(compiled)
+
+
+def _payload(compiled: Compiled) -> Compiled:
+    """What the workers need, without the loaded model (its weights are the graph's; no need to ship twice)."""
+    return dataclasses.replace(compiled, loaded=dataclasses.replace(compiled.loaded, model=onnx.ModelProto()))
+
+
+def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: str | None = None,
+             progress=None, checks: "OutputChecks | None" = None, save_to=None) -> dict:
+    """Compare over every sample of `data`; returns the CONTRACTS.md `diff --json` document.
+
+    `workers` local processes (None: every core, but none for less than MACS_PER_WORKER of work each) or,
+    with `ray` (an address or "auto"), Ray actors compare
+    the samples; their results are folded in sample order, so the document is the same, bit for bit, for
+    any number of workers. `progress(n, total)` is called as n more of the `total` samples are done.
+    `checks`: elementwise atol/rtol checks of the outputs against fp32 or saved outputs (OutputChecks);
+    `save_to`: a path (checked with check_save_path) for the int8 outputs, for a later `checks.saved`."""
     layers = _layers(compiled)
-    qdq = build_qdq(graph, quant, plan.model_name)
-    output_names = [o.name for o in graph.outputs]
-    fp32 = session(build_float(graph), [l.tensor for l in layers])
-    golden = session(qdq)
-    extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
-    sub_sessions = {}
-    for layer in layers:
-        feeds = [input_tensor_name(graph, t) for t in layer.inputs]
-        sub = extractor.extract_model(feeds, [layer.tensor])
-        level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if layer.unfused else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sub_sessions[layer.name] = (session(sub, level=level), feeds)
-    emulator = Emulator(plan)
-    holders = _holders(plan)
-
-    def int8_value(buffers, onnx_name: str) -> np.ndarray:
-        t = plan.tensors[holders[onnx_name]]
-        return to_onnx_layout(t, emulator.get(buffers, t.id))
-
+    output_names = [o.name for o in compiled.graph.outputs]
     fp32_out = {n: [] for n in output_names}
     int8_out = {n: [] for n in output_names}
     stats = {n: {"compared": 0, "mismatches": 0, "max_lsb": 0} for n in output_names}
-    fp32_layer_names = [l.tensor for l in layers]
-    for i in range(data.num_samples):
-        sample = data.sample(i)
-        buffers = emulator.run(sample, keep=True)
-        ref_values = dict(zip(output_names + fp32_layer_names,
-                              fp32.run(output_names + fp32_layer_names, sample)))
-        gold = dict(zip(output_names, golden.run(output_names, sample)))
-        for name, tid in zip(output_names, plan.outputs):
-            t = plan.tensors[tid]
-            q = emulator.get(buffers, tid).astype(np.int32)
-            g = quantize(gold[name], t.scale).astype(np.int32)
+    sums = [[0.0, 0.0, 0.0, 0.0] for _ in layers]
+    samples = [data.sample(i) for i in range(data.num_samples)]
+    report = None if progress is None else (lambda n: progress(n, len(samples)))
+    macs = sum(step_macs(step, compiled.plan) for step in compiled.plan.steps)
+    per_worker = max(1, math.ceil(MACS_PER_WORKER / max(macs, 1)))
+    for result in map_ordered(_checker, _payload(compiled), samples, workers, ray, progress=report,
+                              per_worker=per_worker):
+        for name, o in result["outputs"].items():
             st = stats[name]
-            st["compared"] += q.size
-            st["mismatches"] += int(np.count_nonzero(q != g))
-            st["max_lsb"] = max(st["max_lsb"], int(np.max(np.abs(q - g))) if q.size else 0)
-            fp32_out[name].append(ref_values[name])
-            int8_out[name].append(q.astype(np.float32) * np.float32(t.scale))
-        for layer in layers:
-            ours = int8_value(buffers, layer.tensor).astype(np.int32)
-            scale = np.float32(quant.scales[layer.tensor])
-            sess, feeds = sub_sessions[layer.name]
-            feed = {}
-            for src, name in zip(layer.inputs, feeds):
-                feed[name] = int8_value(buffers, src).astype(np.float32) * np.float32(quant.scales[src])
-            gold_layer = quantize(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
-            diff = np.abs(ours - gold_layer)
-            layer.lsb = max(layer.lsb, int(diff.max()) if diff.size else 0)
-            layer.mismatches += int(np.count_nonzero(diff))
-            layer.compared += diff.size
-            layer.ref.append(ref_values[layer.tensor])
-            layer.ours.append(ours.astype(np.float32) * scale)
-    return _summarize(compiled, data, layers, fp32_out, int8_out, stats)
+            st["compared"] += o["compared"]
+            st["mismatches"] += o["mismatches"]
+            st["max_lsb"] = max(st["max_lsb"], o["max_lsb"])
+            fp32_out[name].append(o["fp32"])
+            int8_out[name].append(o["int8"])
+        for layer, total, (lsb, mismatches, compared, *parts) in zip(layers, sums, result["layers"]):
+            layer.lsb = max(layer.lsb, lsb)
+            layer.mismatches += mismatches
+            layer.compared += compared
+            for k, part in enumerate(parts):
+                total[k] += part
+    for layer, total in zip(layers, sums):
+        layer.sums = total
+    result = _summarize(compiled, data, layers, fp32_out, int8_out, stats)
+    _check_outputs(result, int8_out, fp32_out, checks or OutputChecks())
+    if save_to is not None:
+        save_outputs(save_to, {n: stacked(v) for n, v in int8_out.items()})
+    return result
 
 
 def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
     outputs = {}
     for name in fp32_out:
-        # samples one after the other (a scalar output is one value per sample)
-        ref = np.concatenate([np.atleast_1d(r) for r in fp32_out[name]])
-        ours = np.concatenate([np.atleast_1d(o) for o in int8_out[name]])
+        ref, ours = stacked(fp32_out[name]), stacked(int8_out[name])
         outputs[name] = {
             "fp32_vs_int8": {"max_abs": float(np.max(np.abs(ref - ours))), "cosine": cosine(ref, ours),
-                             "sqnr_db": sqnr_db(ref, ours), "top1_agreement": top1_agreement(ref, ours)},
+                             "sqnr_db": sqnr_db(ref, ours), "top1_agreement": top1_agreement(ref, ours),
+                             **required_tolerance(ref, ours)},
             "int8_vs_ort_qdq": stats[name],
         }
     layer_rows = []
     for layer in layers:
-        ref, ours = np.concatenate([r.ravel() for r in layer.ref]), np.concatenate([o.ravel() for o in layer.ours])
-        layer_rows.append({"name": layer.name, "op": layer.op, "sqnr_db": sqnr_db(ref, ours),
-                           "cosine": cosine(ref, ours), "max_lsb_vs_ort_qdq": layer.lsb,
+        signal, noise, dot, power = layer.sums
+        layer_rows.append({"name": layer.name, "op": layer.op, "sqnr_db": _sqnr(signal, noise),
+                           "cosine": _cosine(signal, dot, power), "max_lsb_vs_ort_qdq": layer.lsb,
                            "mismatches_vs_ort_qdq": layer.mismatches, "compared": layer.compared,
                            "tolerance_lsb": layer.tolerance.lsb,
                            "mismatch_rate": layer.mismatches / layer.compared if layer.compared else 0.0,
@@ -182,3 +245,161 @@ def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
     result["verdict"] = {"passed": not failures, "exact_model": exact_model, "failures": failures,
                          "first_divergent_layer": next((l.name for l in layers if l.lsb > 0), None)}
     return result
+
+
+def _sqnr(signal: float, noise: float) -> float | None:
+    """metrics.sqnr_db from sums over the samples: None when exact, -noise power for an all-zero reference."""
+    if noise == 0.0:
+        return None
+    if signal == 0.0:
+        return float(-10.0 * math.log10(noise))
+    return 10.0 * math.log10(signal / noise)
+
+
+def _cosine(signal: float, dot: float, power: float) -> float:
+    """metrics.cosine from sums over the samples (|ref|^2, ref.ours, |ours|^2)."""
+    if signal == 0.0 and power == 0.0:
+        return 1.0
+    if signal == 0.0 or power == 0.0:
+        return 0.0
+    return float(dot / (math.sqrt(signal) * math.sqrt(power)))
+
+
+# ---- Polygraphy-style output checks: atol/rtol, the smallest tolerance that passes, saved outputs --------
+
+@dataclass
+class OutputChecks:
+    """What `diff --atol/--rtol/--load-outputs` ask: each output's int8 values against a reference (the
+    saved outputs when given, else fp32) elementwise, |ref - int8| <= atol + rtol * |ref| (Polygraphy's
+    rule). atol/rtol: {output name: value}; with saved outputs and no tolerance, the check is exact."""
+
+    atol: dict[str, float] = field(default_factory=dict)
+    rtol: dict[str, float] = field(default_factory=dict)
+    saved: dict[str, np.ndarray] | None = None
+    saved_source: str = ""
+
+
+def required_tolerance(ref: np.ndarray, ours: np.ndarray) -> dict:
+    """The smallest atol (with rtol 0) and the smallest rtol (with atol 0) under which every value passes."""
+    ref64, err = np.asarray(ref, np.float64), np.abs(np.asarray(ref, np.float64) - np.asarray(ours, np.float64))
+    atol = float(err.max()) if err.size else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err == 0, 0.0, err / np.abs(ref64))
+    rtol = float(ratio.max()) if ratio.size else 0.0
+    return {"required_atol": atol, "required_rtol": rtol if math.isfinite(rtol) else None}
+
+
+def parse_tolerances(spec, names: list[str], option: str) -> dict[str, float]:
+    """A tolerance per output: a number (every output), a dict {output: number}, or the command line's
+    strings `0.1` (every output) and `NAME=0.1` (one output; the last '=' splits)."""
+    if spec is None:
+        return {}
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        items = [(None, spec)]
+    elif isinstance(spec, dict):
+        items = list(spec.items())
+    else:
+        items = [(name if sep else None, number)
+                 for name, sep, number in (str(s).rpartition("=") for s in spec)]
+    values: dict[str, float] = {}
+    for name, number in items:
+        try:
+            value = float(number)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{option}: expected [OUTPUT=]VALUE with VALUE a finite number >= 0, got '{number}'")
+        if name is not None and name not in names:
+            raise UsageError(f"{option}: the model has no output named '{name}' (outputs: {', '.join(names)})")
+        values.update({n: value for n in ([name] if name is not None else names)})
+    return values
+
+
+def load_outputs(path, names: list[str]) -> dict[str, np.ndarray]:
+    """Outputs saved by `diff --save-outputs`: {output name: values over the samples}, checked against the
+    model's outputs (a file of another model is a DataError naming what differs)."""
+    import zipfile
+    from pathlib import Path
+    if Path(path).is_file() and not zipfile.is_zipfile(path):
+        raise DataError(f"--load-outputs {path}: not an .npz file of saved outputs (--save-outputs writes one)")
+    try:
+        with np.load(Path(path), allow_pickle=False) as archive:
+            saved = {k: np.asarray(archive[k]) for k in archive.files}
+    except FileNotFoundError:
+        raise DataError(f"--load-outputs {path}: no such file") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"--load-outputs {path}: not an .npz file of saved outputs ({str(exc)[:120]})") from None
+    missing = [n for n in names if n not in saved]
+    if missing:
+        raise DataError(f"--load-outputs {path}: no saved values for output '{missing[0]}' "
+                        f"(the file has: {', '.join(sorted(saved))[:200]})")
+    return {n: saved[n] for n in names}
+
+
+def check_save_path(path, inputs=()) -> None:
+    """Before a long run: `--save-outputs` names a file in an existing directory, and none of the files the
+    run reads (model, data, config, saved outputs), which it would destroy."""
+    from pathlib import Path
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"--save-outputs {path}: is a directory (give a file name, e.g. outputs.npz)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"--save-outputs {path}: directory {parent} does not exist")
+    target = path.resolve()
+    for f in inputs:
+        if isinstance(f, (str, Path)) and Path(f).exists() and Path(f).resolve() == target:
+            raise OutputError(f"--save-outputs {path}: is an input of this run; it would be overwritten")
+
+
+def save_outputs(path, int8_out: dict[str, np.ndarray]) -> None:
+    """The int8 outputs (dequantized, samples on axis 0) as an .npz for `--load-outputs`, written whole or
+    not at all."""
+    import os
+    import tempfile
+    from pathlib import Path
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".o2g-outputs-", suffix=".npz", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **int8_out)
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp) if os.path.exists(tmp) else None
+        raise OutputError(f"--save-outputs {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def stacked(values: list[np.ndarray]) -> np.ndarray:
+    """Per-sample values one after the other on axis 0 (a scalar output is one value per sample)."""
+    return np.concatenate([np.atleast_1d(v) for v in values])
+
+
+def _check_outputs(result: dict, int8_out: dict, fp32_out: dict, checks: OutputChecks) -> None:
+    """Adds each output's check against the saved outputs and/or the atol/rtol rule; failures to the verdict."""
+    failures = result["verdict"]["failures"]
+    for name, per_sample in int8_out.items():
+        ours = stacked(per_sample)
+        entry = result["outputs"][name]
+        if checks.saved is not None:
+            ref = checks.saved[name].astype(np.float32, copy=False)
+            if ref.shape != ours.shape:
+                raise DataError(f"--load-outputs {checks.saved_source}: output '{name}' was saved with shape "
+                                f"{list(ref.shape)}, this run has {list(ours.shape)} (same data and samples?)")
+            differ = int(np.count_nonzero(ref != ours))
+            entry["int8_vs_saved"] = {"compared": int(ours.size), "mismatches": differ,
+                                      "max_abs": float(np.max(np.abs(ref - ours))) if ours.size else 0.0,
+                                      **required_tolerance(ref, ours)}
+            reference = "saved"
+        elif name in checks.atol or name in checks.rtol:
+            ref, reference = stacked(fp32_out[name]), "fp32"
+        else:
+            continue
+        atol, rtol = checks.atol.get(name, 0.0), checks.rtol.get(name, 0.0)
+        err = np.abs(ref.astype(np.float64) - ours.astype(np.float64))
+        outside = int(np.count_nonzero(err > atol + rtol * np.abs(ref.astype(np.float64))))
+        entry["tolerance_check"] = {"reference": reference, "atol": atol, "rtol": rtol, "compared": int(ours.size),
+                                    "outside": outside, "passed": outside == 0}
+        if outside:
+            failures.append(f"output {name}: {outside} of {ours.size} values outside atol {atol:g} + rtol {rtol:g} "
+                            f"of the {reference} outputs")
+    result["verdict"]["passed"] = not failures

@@ -2,6 +2,7 @@
 quantize -> plan. Writing artifacts and running the plan hang off the result."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -12,9 +13,10 @@ import numpy as np
 import onnx
 
 from . import limits as limits_mod
-from .calibrate import METHODS, calibrate, channel_means
+from . import torch_export
+from .calibrate import METHODS, statistics
 from .config import PRESETS, GemminiConfig, load_config
-from .data import load_data, random_data
+from .data import Dataset, load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
 from .golden import build_float
 from .scratchpad import find_hazards
@@ -25,6 +27,7 @@ from .passes import run_passes
 from .plan import Plan
 from .planner import build_plan, preflight
 from .ops.registry import handlers_for
+from .quality import STATS_SAMPLES
 from .quantize import QuantTable, build_table, propagate_fixed_scales
 from .run.emulator import Emulator, dequantize
 
@@ -46,6 +49,7 @@ class Compiled:
     warnings: list[str] = field(default_factory=list)
     command: str = ""
     sources: tuple[str, ...] = ()  # data and config files the compile read (besides the model's own)
+    calib_head: Dataset | None = None  # the first calibration samples (a copy): the report's per-layer SQNR
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
@@ -77,11 +81,20 @@ class Compiled:
         """Every file the compile read: an output directory must never be or contain one of them."""
         return tuple(self.loaded.files) + self.sources
 
-    def write(self, out_dir: "str | Path", emit: "tuple[str, ...] | None" = None, force: bool = False) -> Path:
+    def write(self, out_dir: "str | Path", emit: "tuple[str, ...] | None" = None, force: bool = False,
+              diff: dict | None = None) -> Path:
+        """Write the output directory (CONTRACTS.md) and return its path.
+
+        `emit`: artifacts among c, mlir, qdq (default all); `force`: replace a non-empty directory;
+        `diff`: a result of `o2g.diff(self, ...)`, whose per-layer SQNR and mismatches then go into the
+        reports and the annotated model (without it they are measured on a few calibration samples).
+        """
         from .output import write_outputs
         if not isinstance(out_dir, (str, Path)):
             raise UsageError(f"write: expected an output directory path, got {type(out_dir).__name__}")
-        return write_outputs(self, Path(out_dir), emit, force)
+        if diff is not None and not (isinstance(diff, Mapping) and isinstance(diff.get("layers"), list)):
+            raise UsageError("write: diff= expects the result of o2g.diff (a dict with 'layers')")
+        return write_outputs(self, Path(out_dir), emit, force, diff)
 
 
 def _feed(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
@@ -118,8 +131,13 @@ DEFAULT_WEIGHT_SCALES = "tensor"
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
             calib_method: str = "mse", command: str = "", equalize: bool = True,
             tiling: str = "search", bias_correction: bool = True,
-            weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None) -> Compiled:
-    """Compile an ONNX model file for Gemmini (see CONTRACTS.md for the options).
+            weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, progress=None) -> Compiled:
+    """Compile a model for Gemmini (see CONTRACTS.md for the options): an ONNX file, an onnx.ModelProto, or
+    a torch.nn.Module with `example_inputs` (one sample as a tensor or tuple of tensors; exported by
+    torch.onnx.export, inputs named after forward's parameters, see torch_export.py).
+
+    `calib` (and `o2g.diff`'s `data`): a .npz/.npy file or model-zoo folder, an array (single-input
+    models), a dict {input name: array}, or an iterable of such dicts; samples on axis 0.
 
     The defaults come from scripts/bench_quantization.py (output SQNR vs fp32 on two trained depthwise
     nets; see the README): `calib_method` "mse" (+0.7 to +4.3 dB over minmax), `equalize` (cross-layer
@@ -130,11 +148,19 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     its own Gemmini call writing its channels in place.
     `tiling`: "search" picks every matmul/conv tile (explicit-tile calls); "auto" leaves it to gemmini.h.
     `limits`: overrides of the size limits ({name: value} or NAME=VALUE strings; see limits.py).
+    `progress(phase, done, total)`: called as each phase (load, calibrate, quantize, plan, tiling) starts
+    and ends, and per calibration sample.
     """
     _check_options(num_calib, calib_method, tiling, weight_scales)
+    calib = torch_export.as_data(calib)
+    if torch_export.is_torch_module(model):
+        model = torch_export.export(model, example_inputs)
+    elif example_inputs is not None:
+        raise UsageError("compile: example_inputs= goes with a torch.nn.Module; an ONNX model has its own shapes "
+                         "(fix dynamic ones with input_shape=)")
     with limits_mod.applied(limits):
         compiled = _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling,
-                            bias_correction, weight_scales)
+                            bias_correction, weight_scales, progress)
     compiled.command = command
     compiled.sources = tuple(str(p) for p in (calib, config) if _is_path(p))
     return compiled
@@ -156,47 +182,68 @@ def _check_options(num_calib, calib_method, tiling, weight_scales) -> None:
             raise UsageError(f"{option}: unknown value {value!r} (choose from {', '.join(choices)})")
 
 
+class _Phases:
+    """Times each phase of a compile into `timing`, logs it as it ends (plain lines under -v) and tells
+    `progress(phase, done, total)` (a progress bar) as it starts and ends."""
+
+    def __init__(self, timing: dict, progress=None):
+        self.timing, self.progress = timing, progress
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        self.tell(name, 0, 1)
+        t = time.perf_counter()
+        yield
+        self.timing[name + "_s"] = time.perf_counter() - t
+        log.info(f"{name}: {self.timing[name + '_s']:.2f} s")
+        self.tell(name, 1, 1)
+
+    def tell(self, name: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(name, done, total)
+
+
 def _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling, bias_correction,
-             weight_scales) -> Compiled:
-    timing = {}
-    t0 = time.perf_counter()
-    loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
-    timing["load_s"] = time.perf_counter() - t0
+             weight_scales, progress=None) -> Compiled:
+    timing: dict[str, float] = {}
+    phase = _Phases(timing, progress)
+    with phase("load"):
+        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
     warnings = []
-    t = time.perf_counter()
-    if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
-        data = None  # a fully pre-quantized model carries every scale
-    elif calib is None:
-        data = random_data(graph.inputs, num_calib or RANDOM_CALIB_SAMPLES)
-        warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
-                        "accuracy on real data will suffer")
-    else:
-        data = load_data(calib, graph.inputs).head(num_calib)
-    # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
-    float_model = build_float(graph) if data is not None else None
-    amax = calibrate(float_model, data, calib_method) if data is not None else {}
-    means = None
-    if bias_correction and data is not None:
-        weighted = [n.inputs[0] for n in graph.nodes if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
-        means = channel_means(float_model, data, weighted)
-    timing["calibrate_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    quant = build_table(graph, handlers_for(graph), amax, calib_method if data is not None else "from the model",
-                        data.num_samples if data is not None else 0, means,
-                        {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales])
-    timing["quantize_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
-    plan = build_plan(graph, quant, cfg, name, loaded.sha256)
-    timing["plan_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    try:
-        plan = apply_tiles(plan, mode=tiling, hazards=lambda step, tiles: find_hazards(step, cfg, tiles))
-    except ValueError as exc:
-        raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
-    timing["tiling_s"] = time.perf_counter() - t
-    plan = attach_costs(plan)
-    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings)
+    with phase("calibrate"):
+        if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
+            data = None  # a fully pre-quantized model carries every scale
+        elif calib is None:
+            data = random_data(graph.inputs, num_calib or RANDOM_CALIB_SAMPLES)
+            warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
+                            "accuracy on real data will suffer")
+        else:
+            data = load_data(calib, graph.inputs).head(num_calib)
+        # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
+        amax, means = {}, None
+        if data is not None:  # one float pass: the ranges, and the input means bias correction needs
+            weighted = [n.inputs[0] for n in graph.nodes if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
+            stats = statistics(build_float(graph), data, calib_method, graph_activations(graph),
+                               weighted if bias_correction else [],
+                               progress=lambda done: phase.tell("calibrate", done, data.num_samples))
+            amax, means = stats.amax, (stats.means if bias_correction else None)
+    with phase("quantize"):
+        quant = build_table(graph, handlers_for(graph), amax, calib_method if data is not None else "from the model",
+                            data.num_samples if data is not None else 0, means,
+                            {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales])
+    with phase("plan"):
+        name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
+        plan = build_plan(graph, quant, cfg, name, loaded.sha256)
+    with phase("tiling"):
+        try:
+            plan = apply_tiles(plan, mode=tiling, hazards=lambda step, tiles: find_hazards(step, cfg, tiles))
+        except ValueError as exc:
+            raise UnsupportedError(f"tiling: {exc} (config {cfg.name}); try a larger config") from None
+        plan = attach_costs(plan)
+    head = None if data is None else data.head(STATS_SAMPLES)
+    if head is not None:  # a copy: a slice would keep the whole calibration set alive
+        head = Dataset({k: v.copy() for k, v in head.inputs.items()}, None, head.source)
+    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head)
 
 
 def graph_activations(graph: Graph) -> list[str]:

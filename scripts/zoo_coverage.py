@@ -3,7 +3,7 @@ timm's families (one architecture per family, random weights, small inputs), eac
 compared with onnxruntime (`diff`). Writes a table: compiled or refused (with the op), % of MACs on Gemmini,
 CPU steps, diff verdict.
 
-    python scripts/zoo_coverage.py [--only NAME,...] [--timm] [--markdown docs/zoo_coverage.md] [--json F]
+    python scripts/zoo_coverage.py [--only NAME,...] [--timm] [--jobs N] [--markdown docs/zoo_coverage.md] [--json F]
 
 Nothing is downloaded: weights are random, inputs synthetic. Each model runs in its own process (a crash
 or a 10-minute timeout is a row, not the end of the sweep).
@@ -54,6 +54,7 @@ def timm_arch(name: str) -> zoo.Arch:
         size = cfg.get("input_size", (3, 224, 224))
         fixed = cfg.get("fixed_input_size", False)
         return (1, 3) + (tuple(size[1:]) if fixed else (min(size[1], 96), min(size[2], 96)))
+    zoo.torchvision_models()  # before timm, which imports torchvision
     import timm
     family = next((m for m in timm.list_modules() if name in timm.list_models(module=m)), name)
     return zoo.Arch(name, family, build, shape)
@@ -101,20 +102,32 @@ def run_one(name: str, from_timm: bool, out: dict) -> None:
                    seconds=round(time.perf_counter() - start, 1))
 
 
-def sweep(archs: list, timeout: float, from_timm: bool) -> list[dict]:
-    rows = []
+def sweep(archs: list, timeout: float, from_timm: bool, jobs: int = 1) -> list[dict]:
+    """Each architecture in its own spawned process, `jobs` at a time; rows in the architectures' order."""
+    rows: list[dict | None] = [None] * len(archs)
     with multiprocessing.Manager() as manager:
-        for arch in archs:
-            out = manager.dict(status="crashed")
-            process = multiprocessing.get_context("spawn").Process(target=run_one, args=(arch.name, from_timm, out))
-            process.start()
-            process.join(timeout)
-            if process.is_alive():
-                process.kill()
-                out["status"] = out.get("status", "") + f" (timed out after {timeout:.0f} s)"
-            row = {"name": arch.name, "family": arch.family, **dict(out)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        running: list[tuple[int, object, float, object]] = []
+        queue = list(enumerate(archs))
+        while queue or running:
+            while queue and len(running) < jobs:
+                i, arch = queue.pop(0)
+                out = manager.dict(status="crashed")
+                process = multiprocessing.get_context("spawn").Process(target=run_one,
+                                                                       args=(arch.name, from_timm, out))
+                process.start()
+                running.append((i, process, time.monotonic(), out))
+            time.sleep(0.5)
+            for entry in list(running):
+                i, process, started, out = entry
+                if process.is_alive() and time.monotonic() - started < timeout:
+                    continue
+                if process.is_alive():
+                    process.kill()
+                    out["status"] = out.get("status", "") + f" (timed out after {timeout:.0f} s)"
+                process.join()
+                running.remove(entry)
+                rows[i] = {"name": archs[i].name, "family": archs[i].family, **dict(out)}
+                print(json.dumps(rows[i]), flush=True)
     return rows
 
 
@@ -136,6 +149,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--timm", action="store_true", help="timm's families instead of torchvision's")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--jobs", type=int, default=1, help="architectures compiled side by side")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -143,7 +157,7 @@ def main() -> None:
     if args.only:
         keep = set(args.only.split(","))
         archs = [a for a in archs if a.name in keep]
-    rows = sweep(archs, args.timeout, args.timm)
+    rows = sweep(archs, args.timeout, args.timm, max(1, args.jobs))
     compiled = sum(r["status"] == "compiled" for r in rows)
     passed = sum(r.get("diff") == "PASSED" for r in rows)
     print(f"\n{compiled} of {len(rows)} compile; {passed} pass diff")

@@ -27,3 +27,24 @@ def test_onnxsim_without_torch_gives_the_same_model():
     digest, *rest = probe("")
     assert rest == ["False", "False", "3"]  # neither was imported, and sympy imports fine afterwards
     assert probe("import torch, sympy") == [digest, "True", "True", "3"]
+
+
+def test_a_wrongly_declared_output_shape_is_ignored_with_a_warning(tmp_path, caplog):
+    """Exporters sometimes declare an output's shape wrongly; onnxruntime runs such models, so do we."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    import onnx2gemmini as o2g
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 5])],  # the node computes [1, 4]
+        [helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32).tolist())])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with caplog.at_level("WARNING", logger="onnx2gemmini"):
+        compiled = o2g.compile(path)
+    assert compiled.run({"x": np.ones((1, 8), np.float32)})["z"].shape == (1, 4)
+    assert any("declares shape" in r.getMessage() for r in caplog.records)

@@ -1,11 +1,12 @@
-"""report.json and report.md: what was compiled, where each layer runs, what it costs."""
+"""report.json and report.md: what was compiled, where each layer runs, what it costs, and (`quality`) how
+far each layer's int8 result is from the float model."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
 
-from ..memory import plan_memory
+from ..memory import align_up, plan_memory
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from ..version import __version__
 from .names import markdown
@@ -83,7 +84,19 @@ def _sum_or_none(rows, key):
     return None if not values or any(v is None for v in values) else sum(values)
 
 
-def build_report(compiled, timing: dict) -> dict:
+def arena_buffers(plan: Plan, memory) -> list[dict]:
+    """Each arena buffer (views and slices share their base's): offset, aligned bytes, live steps."""
+    rows = [{"tensor": tid, "offset": memory.offsets[tid],
+             "bytes": align_up(max(plan.tensors[tid].nbytes, 1), memory.alignment),
+             "first_step": first, "last_step": last} for tid, (first, last) in memory.live.items()]
+    return sorted(rows, key=lambda r: (r["first_step"], r["offset"], r["tensor"]))
+
+
+NO_QUALITY = {"source": None, "samples": 0, "data": "", "layers": []}
+
+
+def build_report(compiled, timing: dict, quality: dict | None = None) -> dict:
+    """report.json; `quality` comes from quality.py (a diff result, or calibration samples)."""
     plan = compiled.plan
     node_ops = {n.name: n.op_type for n in compiled.graph.nodes}
     rows = layer_rows(plan, node_ops)
@@ -98,6 +111,7 @@ def build_report(compiled, timing: dict) -> dict:
                            and plan.tensors[t].dtype == "int8")
     weight_bytes = sum(int(v.nbytes) for v in plan.constants.values())
     loaded = compiled.loaded
+    memory = plan_memory(plan)
     return {
         "tool": {"name": "onnx2gemmini", "version": __version__, "command": compiled.command},
         "model": {
@@ -114,7 +128,7 @@ def build_report(compiled, timing: dict) -> dict:
         "passes": compiled.changes,
         "warnings": compiled.warnings,
         "layers": rows,
-        "memory": plan_memory(plan).to_dict(),
+        "memory": {**memory.to_dict(), "buffers": arena_buffers(plan, memory)},
         "cpu_steps": [f"cpu: {r['name']}: {r['call'][4:]}: {r['reason']}" for r in rows if r["target"] == "cpu"],
         "totals": {
             "macs": macs, "macs_on_gemmini": macs_gemmini, "ideal_cycles": ideal, "est_cycles": est,
@@ -123,8 +137,14 @@ def build_report(compiled, timing: dict) -> dict:
             "baseline_dram_bytes": _sum_or_none(rows, "baseline_dram_bytes"),
             "activation_bytes": activation_bytes, "weight_bytes": weight_bytes,
         },
-        "timing": {"total_s": round(sum(timing.values()), 4), **{k: round(v, 4) for k, v in timing.items()}},
+        "quality": quality or {**NO_QUALITY, "layers": []},
+        "timing": timing_entry(timing),
     }
+
+
+def timing_entry(timing: dict) -> dict:
+    """report.json's `timing`: the total, then each phase in seconds."""
+    return {"total_s": round(sum(timing.values()), 4), **{k: round(v, 4) for k, v in timing.items()}}
 
 
 def report_json(report: dict) -> str:
@@ -165,8 +185,20 @@ def report_markdown(report: dict) -> str:
               f"- DRAM traffic {_num(t['dram_bytes'])} B (gemmini.h's tiling: {_num(t['baseline_dram_bytes'])} B)",
               f"- weights {t['weight_bytes']:,} B; activations {t['activation_bytes']:,} B in a static arena of "
               f"{report['memory']['arena_bytes']:,} B (lower bound {report['memory']['lower_bound_bytes']:,} B)",
+              *_quality_lines(report["quality"]),
               f"- compile time {report['timing']['total_s']:.2f} s", ""]
     return "\n".join(lines)
+
+
+def _quality_lines(quality: dict) -> list[str]:
+    """The worst layer by SQNR against the float model (report.html plots every layer)."""
+    measured = [l for l in quality["layers"] if l["sqnr_db"] is not None]
+    if not measured:
+        return []
+    worst = min(measured, key=lambda l: l["sqnr_db"])
+    where = "diff" if quality["source"] == "diff" else f"{quality['samples']} calibration samples"
+    return [f"- lowest per-layer SQNR vs fp32 ({where}): {worst['sqnr_db']:.2f} dB at {markdown(worst['name'])} "
+            f"(every layer in report.html)"]
 
 
 def _num(value) -> str:

@@ -1,9 +1,11 @@
 """Hostile names: any Unicode in a model's node, tensor and graph names (and the config's name) reaches the
-C, MLIR, Makefile and Markdown only through emit/names.py. The C builds with -Werror and computes the
-emulator's bytes, the payloads stay inert, the MLIR parses, report.md's table keeps its shape."""
+C, MLIR, Makefile, Markdown and HTML only through emit/names.py. The C builds with -Werror and computes the
+emulator's bytes, the payloads stay inert, the MLIR parses, report.md's table keeps its shape, report.html
+keeps its elements and table, and model.annotated.onnx adds printable text only."""
 from __future__ import annotations
 
 import dataclasses
+import html.parser
 import os
 import re
 import shutil
@@ -11,13 +13,18 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import onnx2gemmini as o2g
 from onnx2gemmini.config import PRESETS
+from onnx2gemmini.emit.names import ascii_text
 from onnx2gemmini.emit.c import RUNTIME_FILES, c_files
+from onnx2gemmini import quality
+from onnx2gemmini.emit.annotated import KEY, annotated_model
+from onnx2gemmini.emit.html_report import report_html
 from onnx2gemmini.emit.report import build_report, report_markdown
 from onnx2gemmini.run import hostc
 from onnx2gemmini.run.emulator import Emulator
@@ -115,3 +122,59 @@ def test_hostile_names_in_mlir(node_a, node_b, tensor_in, tensor_out, graph):
     text = emit_mlir(o2g.compile(model, calib=random_dataset(model)).plan, "onnx2gemmini " + graph)
     assert text.isascii()
     parse(text)
+
+
+# Every element report.html may contain: its own markup and what matplotlib's SVG writer emits.
+HTML_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "code", "div", "b", "figure",
+             "figcaption", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "svg", "metadata", "rdf:rdf",
+             "ns2:work", "cc:work", "dc:type", "dc:date", "dc:format", "dc:creator", "cc:agent", "dc:title", "defs",
+             "style", "g", "path", "use", "clippath", "rect", "text", "tspan", "polyline", "line", "pattern"}
+
+
+class _Elements(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.rows, self.names = set(), 0, []
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.rows += tag == "tr"
+        self._cell = [] if ("class", "name") in attrs else None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self.names.append("".join(self._cell))
+            self._cell = None
+
+
+def check_html(page: str, step_names: list[str]) -> None:
+    """Printable ASCII; only known elements (no script, no link, no img); one table row per step, whose
+    name cell reads as the name's escaped ASCII text."""
+    assert all(32 <= ord(c) < 127 or c == "\n" for c in page)
+    parsed = _Elements()
+    parsed.feed(page)
+    assert parsed.tags <= HTML_TAGS, parsed.tags - HTML_TAGS
+    assert parsed.rows == len(step_names) + 1  # the header row
+    assert parsed.names == [ascii_text(n) for n in step_names]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(names, names, names, names, names)
+@example(*PAYLOADS[:5]).via("the payloads of the issue")
+@example(*PAYLOADS[3:8]).via("the payloads of the issue")
+def test_hostile_names_in_html_report_and_annotated_model(node_a, node_b, tensor_in, tensor_out, graph):
+    model = renamed(node_a, node_b, tensor_in, tensor_out, graph)
+    config = dataclasses.replace(PRESETS["default"], name=PAYLOADS[5])
+    compiled = o2g.compile(model, calib=random_dataset(model), config=config, command="onnx2gemmini " + graph)
+    report = build_report(compiled, compiled.timing, quality.from_calibration(compiled, compiled.calib_head))
+    check_html(report_html(report), [step.node for step in compiled.plan.steps])
+    annotated = annotated_model(compiled, report)
+    onnx.checker.check_model(annotated)
+    added = [p.value for n in annotated.graph.node for p in n.metadata_props if p.key.startswith(KEY)]
+    added += [n.doc_string for n in annotated.graph.node] + [p.value for p in annotated.metadata_props]
+    assert added and all(all(32 <= ord(c) < 127 or c == "\n" for c in text) for text in added)

@@ -1,0 +1,71 @@
+"""Types of what `o2g.diff` returns: the CONTRACTS.md `diff --json` document, as TypedDicts.
+
+Why TypedDicts and not classes: the result is the JSON document (scripts index it, `--json` prints it,
+`Compiled.write(diff=...)` reads it), and a TypedDict gives editors and type checkers its keys without
+changing what it is. Keys beyond these may appear (extend, don't break); `total=False` marks the ones
+present only sometimes.
+"""
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class Fp32VsInt8(TypedDict):
+    """One output, float model (onnxruntime) against the int8 result (emulator), over every sample."""
+
+    max_abs: float
+    cosine: float
+    sqnr_db: float | None          # None: identical
+    top1_agreement: float | None   # None: not a classifier-shaped output
+
+
+class Int8VsQdq(TypedDict):
+    """One output, int8 result against onnxruntime running model.qdq.onnx (the bit-exact golden)."""
+
+    compared: int
+    mismatches: int
+    max_lsb: int
+
+
+class OutputDiff(TypedDict):
+    fp32_vs_int8: Fp32VsInt8
+    int8_vs_ort_qdq: Int8VsQdq
+
+
+class LayerDiff(TypedDict, total=False):
+    """One layer (ONNX node with a plan step), checked in isolation on the emulator's own inputs."""
+
+    name: str
+    op: str
+    sqnr_db: float | None          # against the float model, error of earlier layers included
+    cosine: float
+    max_lsb_vs_ort_qdq: int
+    mismatches_vs_ort_qdq: int
+    compared: int
+    tolerance_lsb: int             # the largest difference this layer's semantics allow
+    mismatch_rate: float
+    allowed_mismatches: int
+    tolerance_why: str
+
+
+class Verdict(TypedDict, total=False):
+    passed: bool
+    exact_model: bool
+    failures: list[str]
+    first_divergent_layer: str | None
+
+
+class Accuracy(TypedDict):
+    fp32: float
+    int8: float
+
+
+class DiffResult(TypedDict, total=False):
+    """`o2g.diff(...)`: per output, per layer, the verdict, and accuracy when the data has labels."""
+
+    samples: int
+    outputs: dict[str, OutputDiff]
+    layers: list[LayerDiff]
+    accuracy: Accuracy             # only with a `labels` array in the data
+    sensitivity: list[dict]        # only when asked for (CONTRACTS.md)
+    verdict: Verdict
