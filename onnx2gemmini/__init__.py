@@ -23,7 +23,7 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
          tiling: str = "search", bias_correction: bool = True,
          weight_scales: str = "tensor", limits=None, example_inputs=None, workers: int | None = 1,
          ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,
-         save_outputs=None) -> DiffResult:
+         save_outputs=None, sensitivity: bool = False) -> DiffResult:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).
 
     `model` is what `compile` takes, or an already `Compiled` model (then the compile options are not
@@ -35,6 +35,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     Polygraphy-style checks: `atol`/`rtol` (a number, or {output: number}) check every output value
     elementwise, |ref - int8| <= atol + rtol*|ref|, against `load_outputs` (a file `save_outputs` wrote in
     an earlier diff; without a tolerance the check is exact) or else against fp32; a value outside fails.
+    `sensitivity`: also quantize one layer at a time (the rest fp32) and list the layers by the output SQNR
+    they cost, most costly first, under "sensitivity" (sensitivity.py).
     """
     from . import limits as size_limits
     from . import torch_export
@@ -63,4 +65,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
             checks.saved, checks.saved_source = load_saved(load_outputs, names), str(load_outputs)
         if save_outputs is not None:
             check_save_path(save_outputs, [*compiled.input_files(), data, calib, load_outputs])
-        return run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs)
+        result = run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs)
+        if sensitivity:
+            from .sensitivity import sensitivity as rank_layers
+            result["sensitivity"] = rank_layers(compiled, dataset.head(num_samples))
+        return result

@@ -227,10 +227,12 @@ class _PhaseProgress(_Progress):
               help="Save the int8 outputs (dequantized, .npz) for a later --load-outputs.")
 @click.option("--load-outputs", type=click.Path(dir_okay=False, path_type=Path),
               help="Compare the int8 outputs with saved ones (exact unless --atol/--rtol).")
+@click.option("--sensitivity", is_flag=True,
+              help="Also quantize one layer at a time (the rest fp32) and rank layers by the output SQNR they cost.")
 @_parallel
 def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
              weight_scales, limit, as_json,
-             verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, workers,
+             verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, sensitivity, workers,
              ray_address):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
@@ -241,7 +243,7 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
                      calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
                      bias_correction=bias_correction, weight_scales=weight_scales, limits=limit,
                      workers=workers, ray=ray_address, progress=progress, atol=atol or None, rtol=rtol or None,
-                     load_outputs=load_outputs, save_outputs=save_outputs)
+                     load_outputs=load_outputs, save_outputs=save_outputs, sensitivity=sensitivity)
     if as_json:
         _emit_json(result)
     elif not quiet:
@@ -339,6 +341,12 @@ def format_diff(result: dict) -> str:
     if "accuracy" in result:
         a = result["accuracy"]
         lines.append(f"accuracy: fp32 {a['fp32']:.2%}, int8 {a['int8']:.2%}")
+    if result.get("sensitivity"):
+        lines += ["", "sensitivity (each layer quantized alone, the rest fp32; most costly first):"]
+        for r in result["sensitivity"][:20]:
+            lines.append(f"  {ascii_text(r['name'])[-48:]:48} {ascii_text(r['op'])[:18]:18} "
+                         f"SQNR {_fmt(r['sqnr_db']):>8} dB  cost {r['sqnr_db_cost']:6.3f} dB  "
+                         f"noise share {r['noise_share']:7.1%}")
     v = result["verdict"]
     first = v.get("first_divergent_layer")
     if first is not None:

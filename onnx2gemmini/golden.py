@@ -3,6 +3,8 @@ without, the float model of the rewritten graph (what calibration and per-layer 
 
 Every quantized tensor T appears as Q(T__preq) -> T__q -> DQ -> T, so the QDQ model keeps the original
 tensor names for the dequantized values, and per-layer sub-models can start at any `T__preq`.
+With `only`, just the named nodes are quantized (their int8 inputs, weights and outputs exactly as in the
+whole QDQ model) and the rest stays float: what sensitivity.py measures one layer at a time.
 At onnxruntime's default optimization level DQ->Conv/Gemm->Q fuse into integer kernels (QLinearConv,
 QGemm), which compute exactly Gemmini's arithmetic (spec/golden-reference.md §1).
 """
@@ -27,6 +29,7 @@ class _Builder:
         self.inits: list[onnx.TensorProto] = []
         self._names: set[str] = set()
         self.original: dict[str, str] = {}  # renamed model inputs -> their graph names
+        self.fake_quantized: dict[str, str] = {}  # float tensor -> its Q/DQ copy (fake_quant)
 
     def init(self, name: str, value: np.ndarray) -> str:
         if name not in self._names:
@@ -77,6 +80,19 @@ class _Builder:
         z = self.init(f"{key}__zp", np.zeros((), np.int8))
         self.node("QuantizeLinear", [preq, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear")
         self.node("DequantizeLinear", [f"{tensor}__q", s, z], [tensor], name=f"{tensor}__DequantizeLinear")
+
+    def fake_quant(self, tensor: str) -> str:
+        """Q/DQ of a float tensor under a new name (`T__fq`), made once: how a quantized node reads a model
+        input, or (with `only`) a float producer's output, as the int8 value the whole QDQ model holds."""
+        if tensor not in self.fake_quantized:
+            s = self.init(f"{tensor}__scale", np.float32(self.quant.scales[tensor]))
+            z = self.init(f"{tensor}__zp", np.zeros((), np.int8))
+            self.node("QuantizeLinear", [tensor, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear")
+            self.node("DequantizeLinear", [f"{tensor}__q", s, z], [f"{tensor}__fq"],
+                      name=f"{tensor}__DequantizeLinear")
+            self.fake_quantized[tensor] = f"{tensor}__fq"
+            self.original[f"{tensor}__fq"] = tensor
+        return self.fake_quantized[tensor]
 
     def activation_chain(self, node: Node, raw: str) -> None:
         """raw -> Q/DQ -> [Relu|Clip -> Q/DQ] -> [MaxPool -> Q/DQ], ending at node's output name."""
@@ -203,23 +219,26 @@ def build_float(graph: Graph, name: str = "model") -> onnx.ModelProto:
     return build_qdq(graph, None, name)
 
 
-def build_qdq(graph: Graph, quant: QuantTable | None, name: str = "model") -> onnx.ModelProto:
-    """A QDQ model computing the compiled quantization; inputs/outputs keep the original names."""
+def build_qdq(graph: Graph, quant: QuantTable | None, name: str = "model",
+              only: "set[str] | None" = None) -> onnx.ModelProto:
+    """A QDQ model computing the compiled quantization; inputs/outputs keep the original names.
+
+    `only`: node names; just those are quantized (inputs, weights, outputs) and every other node runs in
+    float, as in build_float. None (the default): every node, the compiled model's golden."""
     b = _Builder(graph, quant)
     inputs = [helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, vi.shape) for vi in graph.inputs]
     # Model inputs: the float input is quantized and dequantized under a new name, then readers use it.
-    renamed = {vi.name: f"{vi.name}__fq" for vi in graph.inputs} if quant is not None else {}
-    b.original = {v: k for k, v in renamed.items()}
-    for vi in graph.inputs if quant is not None else ():
-        scale = quant.scales[vi.name]
-        s = b.init(f"{vi.name}__scale", np.float32(scale))
-        z = b.init(f"{vi.name}__zp", np.zeros((), np.int8))
-        b.node("QuantizeLinear", [vi.name, s, z], [f"{vi.name}__q"], name=f"{vi.name}__QuantizeLinear")
-        b.node("DequantizeLinear", [f"{vi.name}__q", s, z], [renamed[vi.name]],
-               name=f"{vi.name}__DequantizeLinear")
+    # With `only`, a quantized node's float inputs are fake-quantized the same way, as it reads them.
+    renamed = {vi.name: b.fake_quant(vi.name) for vi in graph.inputs} if quant is not None and only is None else {}
+    quantized: set[str] = set()  # with `only`: outputs of quantized nodes, read as int8 values already
     for node in topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers)):
         if lookup(node.op_type, graph.opset, node.domain) is None:
             raise ValueError(f"no handler for {node.op_type}")
+        b.quant = quant if only is None or node.name in only else None  # None: the float lowering
+        if only is not None:  # a quantized node reads int8 inputs (Q/DQ of float ones); a float node floats
+            renamed = {i: b.fake_quant(i) for i in node.inputs if i and i not in graph.initializers
+                       and i not in quantized} if b.quant is not None else {}
+            quantized.update(o for o in node.outputs if o and b.quant is not None)
         n = Node(node.name, node.op_type, [renamed.get(i, i) for i in node.inputs], list(node.outputs),
                  dict(node.attrs), node.domain, node.fused)
         b.lower(n)

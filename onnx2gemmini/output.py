@@ -69,7 +69,7 @@ def _emit_all(compiled, tree: Path, emit: tuple[str, ...], diff: dict | None = N
     t = time.perf_counter()
     from .emit.annotated import annotated_model  # here, not at the top: matplotlib loads only to write
     from .emit.html_report import report_html
-    report = build_report(compiled, timing, measured)
+    report = build_report(compiled, timing, measured, (diff or {}).get("sensitivity"))
     (tree / "report.html").write_text(report_html(report))
     _save_model(annotated_model(compiled, report), tree / "model.annotated.onnx")
     timing["reports_s"] = time.perf_counter() - t

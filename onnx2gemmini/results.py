@@ -48,6 +48,17 @@ class LayerDiff(TypedDict, total=False):
     tolerance_why: str
 
 
+class LayerSensitivity(TypedDict):
+    """One layer of `diff --sensitivity` (sensitivity.py): the layer quantized alone, every other layer float,
+    its effect on the model outputs against fp32 over every sample. Listed most costly first."""
+
+    name: str
+    op: str
+    sqnr_db: float | None          # output SQNR with only this layer quantized (worst output); None: exact
+    noise_share: float             # its output noise power / the whole int8 model's (largest over outputs)
+    sqnr_db_cost: float            # 10*log10(1 + noise_share) dB >= 0; 3.01: as noisy as the whole int8 model
+
+
 class Verdict(TypedDict, total=False):
     passed: bool
     exact_model: bool
@@ -67,5 +78,5 @@ class DiffResult(TypedDict, total=False):
     outputs: dict[str, OutputDiff]
     layers: list[LayerDiff]
     accuracy: Accuracy             # only with a `labels` array in the data
-    sensitivity: list[dict]        # only when asked for (CONTRACTS.md)
+    sensitivity: list[LayerSensitivity]  # only when asked for (CONTRACTS.md), most costly first
     verdict: Verdict

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..version import __version__
 from . import plots
 from .names import html_text
+from .report import SENSITIVITY_TOP
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 STYLE = """
@@ -36,6 +37,10 @@ CAPTIONS = {
                 "Dots under the slanted roof are bound by DMA bandwidth, under the flat one by the array.",
     "arena": "Every int8 activation lives in one static arena; a buffer's bytes are reused once it is dead.",
     "share": "Multiply-accumulates and steps by where they run.",
+    "sensitivity": "Each layer quantized alone (its int8 inputs, weights and output; every other layer float), "
+                   "ranked by the output SQNR it costs: 10 log10(1 + share) dB, share = its output noise power "
+                   "over the whole int8 model's (3 dB: the layer alone is as noisy as the whole int8 model). "
+                   "Bars are labelled with the step number of the layer table.",
 }
 MISSING = {
     "quality": "No per-layer SQNR: no calibration data was kept (a pre-quantized model), or no layer has a step "
@@ -82,9 +87,11 @@ def report_html(report: dict) -> str:
         fig = draw(report)
         if fig is None:
             parts.append(f'<p class="note">{html_text(MISSING[key])}</p>')
-            continue
-        parts.append(f"<figure>{plots.to_svg(fig, key)}<figcaption>{html_text(CAPTIONS[key])}"
-                     f"{_quality_note(report) if key == 'quality' else ''}</figcaption></figure>")
+        else:
+            parts.append(f"<figure>{plots.to_svg(fig, key)}<figcaption>{html_text(CAPTIONS[key])}"
+                         f"{_quality_note(report) if key == 'quality' else ''}</figcaption></figure>")
+        if key == "quality" and report.get("sensitivity"):  # where the error comes from, after where it is
+            parts += _sensitivity(report)
     parts += ["<h2>Layers</h2>", _layer_table(report)]
     if report["cpu_steps"]:
         parts += ["<h2>CPU steps</h2>", "<ul>"] + [f"<li>{html_text(line)}</li>" for line in report["cpu_steps"]] \
@@ -100,6 +107,30 @@ def _quality_note(report: dict) -> str:
                 f"QDQ model.")
     return (f" Data: the first {int(q['samples'])} calibration samples ({html_text(q['data'])}); mismatches "
             f"against onnxruntime's QDQ model need a diff: compiled.write(OUT, diff=o2g.diff(compiled, data=...)).")
+
+
+def _sensitivity(report: dict) -> list[str]:
+    """The `diff --sensitivity` ranking: a bar chart and a table of the most costly layers."""
+    rows = report["sensitivity"]
+    step = {r["name"]: i for i, r in enumerate(report["layers"])}
+    parts = ["<h2>Sensitivity: one layer quantized at a time</h2>"]
+    fig = plots.sensitivity(report, SENSITIVITY_TOP)
+    if fig is not None:
+        parts.append(f"<figure>{plots.to_svg(fig, 'sensitivity')}<figcaption>{html_text(CAPTIONS['sensitivity'])}"
+                     f"</figcaption></figure>")
+    head = ("rank", "step", "layer", "op", "SQNR dB (layer alone)", "noise share", "cost dB")
+    table = ['<table class="sensitivity"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>"]
+    for rank, r in enumerate(rows[:SENSITIVITY_TOP], 1):
+        cells = [(str(rank), "n"), (str(step.get(r["name"], "")), "n"), (html_text(r["name"]), "name"),
+                 (html_text(r.get("op", "")), ""),
+                 ("exact" if r.get("sqnr_db") is None else f"{r['sqnr_db']:.2f}", "n"),
+                 ("" if r.get("noise_share") is None else f"{r['noise_share']:.1%}", "n"),
+                 (f"{r['sqnr_db_cost']:.3f}", "n")]
+        table.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for v, c in cells)
+                     + "</tr>")
+    table.append("</table>")  # rows without <tbody>: the layer table's body stays the page's first
+    return parts + ["\n".join(table), f'<p class="note">The {min(len(rows), SENSITIVITY_TOP)} most costly of '
+                    f"{len(rows)} layers; report.json lists every one.</p>"]
 
 
 def _layer_table(report: dict) -> str:

@@ -103,6 +103,28 @@ def _quality_rows(report: dict) -> list[tuple[int, dict]]:
     return [(last[r["name"]], r) for r in report["quality"]["layers"] if r["name"] in last]
 
 
+def sensitivity(report: dict, top: int = 20) -> Figure | None:
+    """The `top` most costly layers of a `diff --sensitivity` ranking, largest cost on top; each bar is
+    labelled with its step number in the layer table (the node's last step), never with model text."""
+    last = {r["name"]: i for i, r in enumerate(report["layers"])}
+    rows = [(last[r["name"]], r) for r in (report.get("sensitivity") or [])[:top] if r["name"] in last]
+    if not rows:
+        return None
+    with matplotlib.rc_context(RC):
+        fig, (ax,) = _figure(1, 0.9 + 0.22 * len(rows))
+        ys = range(len(rows))[::-1]
+        costs = [r["sqnr_db_cost"] for _, r in rows]
+        ax.barh(list(ys), costs, color=[_target_color(report, i) for i, _ in rows], height=0.7)
+        ax.set_yticks(list(ys), [f"#{i}" for i, _ in rows])
+        for y, (_, r) in zip(ys, rows):
+            if r.get("sqnr_db") is not None:
+                ax.text(r["sqnr_db_cost"], y, f" {r['sqnr_db']:.1f} dB alone", va="center", fontsize=7)
+        ax.set_xlim(0, max(costs + [0.01]) * 1.3)
+        ax.set_xlabel("cost (dB): 10 log10(1 + layer noise / whole int8 model noise)")
+        ax.set_title("Sensitivity: each layer quantized alone, output SQNR it costs", loc="left")
+    return fig
+
+
 def _target_color(report: dict, step: int) -> str:
     return GEMMINI if report["layers"][step]["target"] == "gemmini" else CPU
 

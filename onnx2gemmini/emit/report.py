@@ -95,8 +95,9 @@ def arena_buffers(plan: Plan, memory) -> list[dict]:
 NO_QUALITY = {"source": None, "samples": 0, "data": "", "layers": []}
 
 
-def build_report(compiled, timing: dict, quality: dict | None = None) -> dict:
-    """report.json; `quality` comes from quality.py (a diff result, or calibration samples)."""
+def build_report(compiled, timing: dict, quality: dict | None = None, sensitivity: list | None = None) -> dict:
+    """report.json; `quality` comes from quality.py (a diff result, or calibration samples); `sensitivity`
+    is a diff result's ranking (sensitivity.py), kept whole under the same key when given."""
     plan = compiled.plan
     node_ops = {n.name: n.op_type for n in compiled.graph.nodes}
     rows = layer_rows(plan, node_ops)
@@ -112,7 +113,7 @@ def build_report(compiled, timing: dict, quality: dict | None = None) -> dict:
     weight_bytes = sum(int(v.nbytes) for v in plan.constants.values())
     loaded = compiled.loaded
     memory = plan_memory(plan)
-    return {
+    report = {
         "tool": {"name": "onnx2gemmini", "version": __version__, "command": compiled.command},
         "model": {
             "path": loaded.path, "sha256": loaded.sha256, "opset": plan.opset,
@@ -140,6 +141,9 @@ def build_report(compiled, timing: dict, quality: dict | None = None) -> dict:
         "quality": quality or {**NO_QUALITY, "layers": []},
         "timing": timing_entry(timing),
     }
+    if sensitivity is not None:
+        report["sensitivity"] = [dict(row) for row in sensitivity]
+    return report
 
 
 def timing_entry(timing: dict) -> dict:
@@ -187,7 +191,29 @@ def report_markdown(report: dict) -> str:
               f"{report['memory']['arena_bytes']:,} B (lower bound {report['memory']['lower_bound_bytes']:,} B)",
               *_quality_lines(report["quality"]),
               f"- compile time {report['timing']['total_s']:.2f} s", ""]
+    lines += _sensitivity_lines(report.get("sensitivity"))
     return "\n".join(lines)
+
+
+SENSITIVITY_TOP = 20  # rows of the ranking report.md and report.html show (report.json has every layer)
+
+
+def _sensitivity_lines(rows: list | None) -> list[str]:
+    """The most costly layers of `diff --sensitivity` (sensitivity.py defines the figures)."""
+    if not rows:
+        return []
+    more = f" ({len(rows) - SENSITIVITY_TOP} more in report.json)" if len(rows) > SENSITIVITY_TOP else ""
+    lines = ["## Sensitivity: one layer quantized at a time", "",
+             "Each layer quantized alone (int8 inputs, weights and output, every other layer float); SQNR of the "
+             "model outputs against fp32. Cost = 10 log10(1 + share) dB, share = that layer's output noise over "
+             f"the whole int8 model's; 3 dB: the layer alone is as noisy as the whole int8 model.{more}", "",
+             "| rank | layer | op | SQNR dB (layer alone) | noise share | cost dB |", "|---:|---|---|---:|---:|---:|"]
+    for rank, r in enumerate(rows[:SENSITIVITY_TOP], 1):
+        sqnr = "exact" if r.get("sqnr_db") is None else f"{r['sqnr_db']:.2f}"
+        share = "" if r.get("noise_share") is None else f"{r['noise_share']:.1%}"
+        lines.append(f"| {rank} | {markdown(r['name'])} | {markdown(r.get('op', ''))} | {sqnr} | {share} | "
+                     f"{r['sqnr_db_cost']:.3f} |")
+    return lines + [""]
 
 
 def _quality_lines(quality: dict) -> list[str]:
