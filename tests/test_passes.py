@@ -152,3 +152,23 @@ def test_x_times_its_gate_becomes_one_lookup_table(gate, attrs, swapped):
 def test_a_gate_read_elsewhere_is_not_fused():
     graph, _ = rewritten(gated(shared=True))
     assert [n.op_type for n in graph.nodes] == ["Conv", "Sigmoid", "Mul"]
+
+
+@pytest.mark.parametrize("attrs,shape", [
+    ({"kernel_shape": [3], "pads": [1, 1]}, (2, 8, 20)),
+    ({"kernel_shape": [5], "strides": [2], "pads": [3, 1], "dilations": [2], "group": 4}, (1, 8, 33)),
+    ({"kernel_shape": [1]}, (1, 8, 7)),
+    ({"kernel_shape": [4], "auto_pad": "SAME_UPPER", "strides": [3]}, (1, 8, 17)),
+], ids=["k3", "strided-dilated-grouped", "pointwise", "same-upper"])
+def test_conv1d_runs_as_a_2d_conv_of_height_one(attrs, shape):
+    r = rng(3)
+    group = attrs.get("group", 1)
+    inits = {"W": r.normal(size=(12, shape[1] // group, attrs["kernel_shape"][0])).astype(np.float32),
+             "B": r.normal(size=12).astype(np.float32)}
+    model = infer_outputs([helper.make_node("Conv", ["x", "W", "B"], ["c"], **attrs),
+                           helper.make_node("Relu", ["c"], ["y"])], {"x": list(shape)}, inits)
+    graph, changes = rewritten(model)
+    assert any("1-D conv as a 2-D conv" in c for c in changes)
+    conv = next(n for n in graph.nodes if n.op_type == "Conv")
+    assert len(graph.shapes[conv.inputs[0]]) == 4 and conv.fused.relu
+    assert_matches_ort(model)

@@ -83,8 +83,8 @@ class ConvHandler(Handler):
     gemmini = ("tiled_conv (fused ReLU / Clip(0,hi) / max-pool); 1x1 convs as tiled_matmul; groups, and runs of "
                "output channels with their own weight scale, as one call each over strided channel slices "
                "(tiled_conv_stride_auto strides); depthwise convs as tiled_conv_dw_auto")
-    limits = ("2-D; non-square kernels, unequal strides, asymmetric padding or dilation run as CPU im2col + "
-              "tiled_matmul; depthwise convs run on an exact int8 CPU kernel when the cost estimate says so or "
+    limits = ("2-D (a 1-D conv runs as a 2-D conv of height 1); non-square kernels, unequal strides, asymmetric "
+              "padding or dilation run as CPU im2col + tiled_matmul; depthwise convs run on an exact int8 CPU kernel when the cost estimate says so or "
               "Gemmini cannot take them (channel multiplier, geometry); per-channel weight scales of a depthwise "
               "conv need a channel copy per run; a channel multiplier keeps one weight scale")
 

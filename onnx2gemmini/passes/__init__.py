@@ -9,12 +9,12 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import bias_add, bn_affine, bn_fold, equalize, fuse_activation, fuse_gate, fuse_maxpool, qdq_import
+from . import bias_add, bn_affine, bn_fold, conv1d, equalize, fuse_activation, fuse_gate, fuse_maxpool, qdq_import
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
 # Order matters: per-channel Mul/Add merge into the BN, BN folds into the conv, then the bias add and the
-# activation attach to it.
+# activation attach to it; a 1-D conv becomes 2-D last, its fusions kept.
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("qdq_import", qdq_import.run),
     ("bn_affine", bn_affine.run),
@@ -23,6 +23,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_activation", fuse_activation.run),
     ("fuse_maxpool", fuse_maxpool.run),
     ("fuse_gate", fuse_gate.run),
+    ("conv1d", conv1d.run),
 )
 
 

@@ -1,0 +1,69 @@
+"""A 1-D Conv (input [N, C, L]) as a 2-D Conv of height 1: Unsqueeze -> Conv [N, C, 1, L] -> Squeeze.
+
+Why: Gemmini's conv is 2-D; a 1-D convolution is exactly the 2-D one with a 1-row kernel over a 1-row
+image, so it reaches the same tiled conv (and the same golden: onnxruntime runs the rewritten nodes). The
+Unsqueeze and Squeeze are views of the same bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import GemminiConfig
+from ..graph import Graph, Node
+from .rewrite import add_initializer
+
+
+def _fresh(graph: Graph, base: str) -> str:
+    """A tensor name not used yet in the graph."""
+    taken = set(graph.shapes) | set(graph.initializers) | {o for n in graph.nodes for o in n.outputs}
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
+def _pads(attrs: dict, length: int, kernel: int) -> tuple[int, int]:
+    """The 1-D conv's (begin, end) padding, auto_pad resolved as ONNX defines it."""
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad == "VALID":
+        return 0, 0
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        stride, dilation = (attrs.get("strides") or [1])[0], (attrs.get("dilations") or [1])[0]
+        out = -(-length // stride)
+        total = max(0, (out - 1) * stride + (kernel - 1) * dilation + 1 - length)
+        small, big = total // 2, total - total // 2
+        return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    pads = list(attrs.get("pads") or [0, 0])
+    return pads[0], pads[1]
+
+
+def run(graph: Graph, config: GemminiConfig) -> list[str]:
+    changes = []
+    for node in list(graph.nodes):
+        if node.op_type != "Conv" or len(node.inputs) < 2:
+            continue
+        x, y = node.inputs[0], node.outputs[0]
+        w = graph.const(node.inputs[1])
+        if w is None or w.ndim != 3 or len(graph.shapes.get(x, ())) != 3 or y not in graph.shapes:
+            continue
+        n, c, length = graph.shapes[x]
+        out = graph.shapes[y]
+        x2d, y2d = _fresh(graph, f"{x}__2d"), _fresh(graph, f"{y}__2d")
+        graph.shapes[x2d], graph.dtypes[x2d] = (n, c, 1, length), graph.dtypes.get(x, np.dtype(np.float32))
+        graph.shapes[y2d], graph.dtypes[y2d] = (out[0], out[1], 1, out[2]), graph.dtypes.get(y, np.dtype(np.float32))
+        axes = add_initializer(graph, f"{node.name}__axes", np.array([2], np.int64))
+        weight = add_initializer(graph, f"{node.inputs[1]}__2d", w[:, :, None, :])
+        a = node.attrs
+        attrs = dict(a)
+        attrs["kernel_shape"] = [1, w.shape[2]]
+        attrs["strides"] = [1] + list(a.get("strides") or [1])
+        attrs["dilations"] = [1] + list(a.get("dilations") or [1])
+        begin, end = _pads(a, length, w.shape[2])
+        attrs["pads"], attrs["auto_pad"] = [0, begin, 0, end], "NOTSET"
+        index = graph.nodes.index(node)
+        unsqueeze = Node(f"{node.name}__unsqueeze", "Unsqueeze", [x, axes], [x2d], {})
+        conv = Node(node.name, "Conv", [x2d, weight] + node.inputs[2:], [y2d], attrs, node.domain, node.fused)
+        squeeze = Node(f"{node.name}__squeeze", "Squeeze", [y2d, axes], [y], {})
+        graph.nodes[index:index + 1] = [unsqueeze, conv, squeeze]
+        changes.append(f"{node.name}: 1-D conv as a 2-D conv of height 1")
+    return changes
