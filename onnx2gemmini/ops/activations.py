@@ -39,13 +39,16 @@ FUNCTIONS = {
     "Neg": lambda x, a: -x,
     "Abs": lambda x, a: np.abs(x),
     "Exp": lambda x, a: np.exp(x),
+    "Sqrt": lambda x, a: np.sqrt(x),          # NaN below 0, quantized to -128 as onnxruntime does
+    "Reciprocal": lambda x, a: np.float32(1) / x,
+    "Log": lambda x, a: np.log(x),
 }
 SINCE = {"Gelu": 20, "HardSwish": 14}
 
 
 def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
     x = np.arange(-128, 128, dtype=np.float32) * np.float32(s_in)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         y = np.asarray(fn(x, attrs), np.float32)
     return tuple(int(v) for v in quantize(y, s_out))
 
@@ -82,3 +85,26 @@ class _LutHandler(Handler):
 
 for _op in FUNCTIONS:
     handler(_op, since=SINCE.get(_op, 6))(type(f"{_op}Handler", (_LutHandler,), {}))
+
+
+@handler("Pow", since=7)
+class PowHandler(_LutHandler):
+    """x ** p with a constant scalar exponent p (x.pow(2) of an RMSNorm, StarReLU's square): a function of
+    one int8 value, so a lookup table like the activations."""
+
+    limits = "a constant scalar exponent (else refused); 1 LSB tolerance vs onnxruntime's float evaluation"
+
+    def check(self, node: NodeView, ctx) -> list[str]:
+        exponent = node.const(node.inputs[1])
+        if exponent is None or exponent.size != 1:
+            return ["Pow: only a constant scalar exponent"]
+        return []
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        p = np.float32(node.const(node.inputs[1]).reshape(()))
+        x = ctx.tensor(node.inputs[0])
+        y = ctx.output(node.output, x.shape, x.layout)
+        table = lookup_table(lambda v, a: np.power(v, p), {}, x.scale, y.scale)
+        step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Lut(table),
+                     reason=f"Pow(x, {float(p):g}): Gemmini has no such activation; int8 lookup table")
+        return Lowered([step], [y])

@@ -37,3 +37,18 @@ def test_squeeze_excite_block():
     compiled, _ = assert_matches_ort(se_block(), samples=4)
     ops = [getattr(s, "op", s.kind) for s in compiled.plan.steps]
     assert "binary" in ops and "lut" in ops
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0])
+def test_pow_by_a_constant_is_a_lookup_table(exponent):
+    model = infer_outputs([helper.make_node("Pow", ["x", "p"], ["y"])], {"x": [2, 3, 5, 5]},
+                          {"p": np.array(exponent, np.float32)})
+    compiled, _ = assert_matches_ort(model, samples=3)
+    assert [getattr(s, "op", "") for s in compiled.plan.steps].count("lut") == 1
+
+
+def test_pow_by_a_tensor_is_refused():
+    import onnx2gemmini as o2g
+    model = infer_outputs([helper.make_node("Pow", ["x", "x"], ["y"])], {"x": [1, 4]})
+    with pytest.raises(o2g.UnsupportedError, match="constant scalar exponent"):
+        o2g.compile(model)
