@@ -168,7 +168,19 @@ def test_conv1d_runs_as_a_2d_conv_of_height_one(attrs, shape):
     model = infer_outputs([helper.make_node("Conv", ["x", "W", "B"], ["c"], **attrs),
                            helper.make_node("Relu", ["c"], ["y"])], {"x": list(shape)}, inits)
     graph, changes = rewritten(model)
-    assert any("1-D conv as a 2-D conv" in c for c in changes)
+    assert any("1-D Conv as a 2-D Conv" in c for c in changes)
     conv = next(n for n in graph.nodes if n.op_type == "Conv")
     assert len(graph.shapes[conv.inputs[0]]) == 4 and conv.fused.relu
+    assert_matches_ort(model)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ("AveragePool", {"kernel_shape": [2], "strides": [2]}),
+    ("AveragePool", {"kernel_shape": [3], "pads": [1, 1], "count_include_pad": 1}),
+], ids=["maxpool", "avgpool", "avgpool-pad"])
+def test_pool1d_runs_as_a_2d_pool_of_height_one(op, attrs):
+    model = infer_outputs([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": [1, 8, 21]})
+    graph, changes = rewritten(model)
+    assert any(f"1-D {op} as a 2-D" in c for c in changes)
     assert_matches_ort(model)

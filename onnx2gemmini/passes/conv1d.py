@@ -1,8 +1,8 @@
-"""A 1-D Conv (input [N, C, L]) as a 2-D Conv of height 1: Unsqueeze -> Conv [N, C, 1, L] -> Squeeze.
+"""A 1-D Conv or pool (input [N, C, L]) as the 2-D one of height 1: Unsqueeze -> op [N, C, 1, L] -> Squeeze.
 
-Why: Gemmini's conv is 2-D; a 1-D convolution is exactly the 2-D one with a 1-row kernel over a 1-row
-image, so it reaches the same tiled conv (and the same golden: onnxruntime runs the rewritten nodes). The
-Unsqueeze and Squeeze are views of the same bytes.
+Why: Gemmini's conv and the pooling kernels are 2-D; a 1-D convolution is exactly the 2-D one with a 1-row
+kernel over a 1-row image, so it reaches the same tiled conv (and the same golden: onnxruntime runs the
+rewritten nodes). The Unsqueeze and Squeeze are views of the same bytes.
 """
 from __future__ import annotations
 
@@ -37,33 +37,44 @@ def _pads(attrs: dict, length: int, kernel: int) -> tuple[int, int]:
     return pads[0], pads[1]
 
 
+POOLS = ("MaxPool", "AveragePool")
+
+
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = []
     for node in list(graph.nodes):
-        if node.op_type != "Conv" or len(node.inputs) < 2:
+        if node.op_type not in ("Conv",) + POOLS or not node.inputs:
             continue
         x, y = node.inputs[0], node.outputs[0]
-        w = graph.const(node.inputs[1])
-        if w is None or w.ndim != 3 or len(graph.shapes.get(x, ())) != 3 or y not in graph.shapes:
+        if len(graph.shapes.get(x, ())) != 3 or y not in graph.shapes or len(node.outputs) != 1:
             continue
+        inputs = list(node.inputs)
+        if node.op_type == "Conv":
+            w = graph.const(node.inputs[1]) if len(node.inputs) > 1 else None
+            if w is None or w.ndim != 3:
+                continue
+            inputs[1] = add_initializer(graph, f"{node.inputs[1]}__2d", w[:, :, None, :])
+            kernel = w.shape[2]
+        else:
+            kernel = node.attrs["kernel_shape"][0]
         n, c, length = graph.shapes[x]
         out = graph.shapes[y]
         x2d, y2d = _fresh(graph, f"{x}__2d"), _fresh(graph, f"{y}__2d")
         graph.shapes[x2d], graph.dtypes[x2d] = (n, c, 1, length), graph.dtypes.get(x, np.dtype(np.float32))
         graph.shapes[y2d], graph.dtypes[y2d] = (out[0], out[1], 1, out[2]), graph.dtypes.get(y, np.dtype(np.float32))
         axes = add_initializer(graph, f"{node.name}__axes", np.array([2], np.int64))
-        weight = add_initializer(graph, f"{node.inputs[1]}__2d", w[:, :, None, :])
         a = node.attrs
         attrs = dict(a)
-        attrs["kernel_shape"] = [1, w.shape[2]]
+        attrs["kernel_shape"] = [1, kernel]
         attrs["strides"] = [1] + list(a.get("strides") or [1])
-        attrs["dilations"] = [1] + list(a.get("dilations") or [1])
-        begin, end = _pads(a, length, w.shape[2])
+        if "dilations" in a:  # AveragePool has them only from opset 19
+            attrs["dilations"] = [1] + list(a.get("dilations") or [1])
+        begin, end = _pads(a, length, kernel)
         attrs["pads"], attrs["auto_pad"] = [0, begin, 0, end], "NOTSET"
         index = graph.nodes.index(node)
         unsqueeze = Node(f"{node.name}__unsqueeze", "Unsqueeze", [x, axes], [x2d], {})
-        conv = Node(node.name, "Conv", [x2d, weight] + node.inputs[2:], [y2d], attrs, node.domain, node.fused)
+        op = Node(node.name, node.op_type, [x2d] + inputs[1:], [y2d], attrs, node.domain, node.fused)
         squeeze = Node(f"{node.name}__squeeze", "Squeeze", [y2d, axes], [y], {})
-        graph.nodes[index:index + 1] = [unsqueeze, conv, squeeze]
-        changes.append(f"{node.name}: 1-D conv as a 2-D conv of height 1")
+        graph.nodes[index:index + 1] = [unsqueeze, op, squeeze]
+        changes.append(f"{node.name}: 1-D {node.op_type} as a 2-D {node.op_type} of height 1")
     return changes
