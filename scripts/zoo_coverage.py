@@ -42,6 +42,18 @@ def timm_families() -> list[str]:
     return chosen
 
 
+SMALL_SIDE = 96  # timm models are exported at most this wide, unless their input size is fixed or this fails
+
+
+def timm_input(name: str) -> tuple[tuple[int, ...], bool]:
+    """The model's own input shape (batch 1) and whether timm says it is fixed."""
+    zoo.torchvision_models()  # timm imports torchvision
+    import timm
+    cfg = timm.create_model(name, pretrained=False, num_classes=10).pretrained_cfg
+    size = cfg.get("input_size", (3, 224, 224))
+    return (1, 3) + tuple(size[1:]), bool(cfg.get("fixed_input_size", False))
+
+
 def timm_arch(name: str) -> zoo.Arch:
     def build():
         zoo.torchvision_models()  # timm imports torchvision
@@ -49,11 +61,8 @@ def timm_arch(name: str) -> zoo.Arch:
         return timm.create_model(name, pretrained=False, num_classes=10)
 
     def shape():
-        import timm
-        cfg = timm.create_model(name, pretrained=False, num_classes=10).pretrained_cfg
-        size = cfg.get("input_size", (3, 224, 224))
-        fixed = cfg.get("fixed_input_size", False)
-        return (1, 3) + (tuple(size[1:]) if fixed else (min(size[1], 96), min(size[2], 96)))
+        native, fixed = timm_input(name)
+        return native if fixed else native[:2] + (min(native[2], SMALL_SIDE), min(native[3], SMALL_SIDE))
     zoo.torchvision_models()  # before timm, which imports torchvision
     import timm
     family = next((m for m in timm.list_modules() if name in timm.list_models(module=m)), name)
@@ -82,8 +91,17 @@ def run_one(name: str, from_timm: bool, out: dict) -> None:
         try:
             path = zoo.export(arch, Path(tmp) / "m.onnx")
         except Exception as exc:  # noqa: BLE001 - a row of the table
-            out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
-            return
+            native = timm_input(name)[0] if from_timm else arch.shape
+            if native == arch.shape:
+                out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
+                return
+            arch = zoo.Arch(arch.name, arch.family, arch.build, native)  # the small size may not suit it
+            try:
+                path = zoo.export(arch, Path(tmp) / "m.onnx")
+            except Exception as exc:  # noqa: BLE001
+                out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
+                return
+        out.update(input="x".join(map(str, arch.shape[2:])))
         calib = Dataset({"x": zoo.calibration(arch, 8, 0)}, None, "synthetic")
         try:
             compiled = o2g.compile(path, calib=calib)
@@ -132,14 +150,14 @@ def sweep(archs: list, timeout: float, from_timm: bool, jobs: int = 1) -> list[d
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | family | result | MACs on Gemmini | CPU steps / steps | diff | SQNR dB |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| model | family | input | result | MACs on Gemmini | CPU steps / steps | diff | SQNR dB |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         share = f"{r['gemmini_share']:.1%}" if "gemmini_share" in r else ""
         steps = f"{r['cpu_steps']} / {r['steps']}" if "steps" in r else ""
         result = r["status"] if r["status"] == "compiled" else f"{r['status']}: {r.get('detail', '')}"
         sqnr = f"{r['sqnr']:.1f}" if "sqnr" in r else ""
-        cells = [r["name"], r["family"], result, share, steps, r.get("diff", ""), sqnr]
+        cells = [r["name"], r["family"], r.get("input", ""), result, share, steps, r.get("diff", ""), sqnr]
         lines.append("| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
