@@ -58,3 +58,32 @@ def test_a_busy_port_is_a_usage_error(out):
         port = busy.getsockname()[1]
         with pytest.raises(o2g.UsageError, match=f"cannot serve on localhost port {port}: "):
             view(out, port=port, browse=False, wait=False)
+
+
+def test_the_command_serves_until_interrupted_and_refuses_a_wrong_folder(out, tmp_path):
+    """`onnx2gemmini view OUT --no-browser --port P` serves the model; a folder without one is exit 2."""
+    import subprocess
+    import time
+
+    from tests.test_cli import assert_one_error_line, run
+
+    assert_one_error_line(run("view", tmp_path / "nothing"), 2, "view:", "not a directory")
+    pytest.importorskip("netron", reason="Netron is optional (pip install netron)")
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "onnx2gemmini.cli", "view", str(out), "--no-browser",
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://localhost:{port}/", timeout=2) as page:
+                    assert page.status == 200
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("netron did not serve: " + proc.stderr.read1().decode(errors="replace"))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
