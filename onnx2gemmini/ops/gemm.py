@@ -76,8 +76,8 @@ class GemmHandler(Handler):
 class MatMulHandler(Handler):
     gemmini = ("tiled_matmul (a following Add of a constant row becomes the bias; runs of output columns with "
                "their own weight scale as one call each); products of two activations (attention) as one "
-               "tiled_matmul per batch")
-    limits = "constant right operand 2-D; two activations need equal batch dims; vectors are refused"
+               "tiled_matmul per batch, broadcast batch dimensions read in place")
+    limits = "constant right operand 2-D; vectors are refused"
 
     def check(self, node, ctx):
         reasons = []
@@ -88,8 +88,6 @@ class MatMulHandler(Handler):
             reasons.append(f"constant right operand of rank {len(node.shape(b))} (batched weights)")
         elif node.is_const(a):
             reasons.append("constant left operand")
-        elif not node.is_const(b) and node.shape(a)[:-2] != node.shape(b)[:-2]:
-            reasons.append("broadcasting batch dimensions")
         return reasons
 
     def weight_input(self, node):
@@ -121,14 +119,25 @@ class MatMulHandler(Handler):
         return lowered.add(grouped_matmul(node, ctx, a, i, k, y, wq))
 
 
+def batch_pairs(a_batch: tuple, b_batch: tuple) -> list[tuple[int, int]]:
+    """For each batch of A x B's result in row-major order, the batch of A and of B it reads (NumPy's
+    broadcasting of the batch dimensions, e.g. keys shared by every head of multi-query attention)."""
+    out = np.broadcast_shapes(tuple(a_batch), tuple(b_batch))
+    index_a = np.broadcast_to(np.arange(int(np.prod(a_batch, dtype=np.int64))).reshape(a_batch), out).ravel()
+    index_b = np.broadcast_to(np.arange(int(np.prod(b_batch, dtype=np.int64))).reshape(b_batch), out).ravel()
+    return [(int(i), int(j)) for i, j in zip(index_a, index_b)]
+
+
 def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor) -> Lowered:
-    """A x B of two int8 activations: one Gemmini matmul per batch. Each batch of A, B and the result is a
-    contiguous range of its buffer, so the matmuls read and write them in place (slices of flat views);
-    operands that are themselves strided slices are copied per batch first."""
+    """A x B of two int8 activations: one Gemmini matmul per batch of the result, its batch dimensions
+    broadcast. Each batch of A, B and the result is a contiguous range of its buffer, so the matmuls read and
+    write them in place (slices of flat views); operands that are themselves strided slices are copied per
+    batch first."""
     lowered = Lowered()
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    batches = int(np.prod(a.shape[:-2]))
+    pairs = batch_pairs(a.shape[:-2], b.shape[:-2])
+    batches = len(pairs)
     scale = multiplier(a.scale, b.scale, y.scale)
     act = activation_code(node)
     if batches == 1:
@@ -141,11 +150,17 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
     for t, name in ((a, "a_flat"), (b, "b_flat"), (y, "y_flat")):
         flat[name] = ctx.temp(node.name, name, (1, int(np.prod(t.shape, dtype=np.int64))), t.scale, view_of=t.id)
         lowered.tensors.append(flat[name])
-    for i in range(batches):
-        ai = ctx.channel_slice(node.name, f"a{i}", flat["a_flat"], i * m * k, m * k, a.scale)
-        bi = ctx.channel_slice(node.name, f"b{i}", flat["b_flat"], i * k * n, k * n, b.scale)
+    operand_a, operand_b = {}, {}  # one slice per batch of A (of B), however many results read it
+    for i, (ia, ib) in enumerate(pairs):
+        if ia not in operand_a:
+            operand_a[ia] = ctx.channel_slice(node.name, f"a{ia}", flat["a_flat"], ia * m * k, m * k, a.scale)
+            lowered.tensors.append(operand_a[ia])
+        if ib not in operand_b:
+            operand_b[ib] = ctx.channel_slice(node.name, f"b{ib}", flat["b_flat"], ib * k * n, k * n, b.scale)
+            lowered.tensors.append(operand_b[ib])
+        ai, bi = operand_a[ia], operand_b[ib]
         ci = ctx.channel_slice(node.name, f"c{i}", flat["y_flat"], i * m * n, m * n, y.scale)
-        lowered.tensors += [ai, bi, ci]
+        lowered.tensors.append(ci)
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
                                     stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
     return lowered
@@ -157,18 +172,19 @@ def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: 
     lowered = Lowered()
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    batches = int(np.prod(a.shape[:-2]))
-    a3 = ctx.temp(node.name, "a_batched", (batches, m, k), a.scale, view_of=a.id)
-    b3 = ctx.temp(node.name, "b_batched", (batches, k, n), b.scale, view_of=b.id)
+    pairs = batch_pairs(a.shape[:-2], b.shape[:-2])
+    batches = len(pairs)
+    a3 = ctx.temp(node.name, "a_batched", (int(np.prod(a.shape[:-2], dtype=np.int64)), m, k), a.scale, view_of=a.id)
+    b3 = ctx.temp(node.name, "b_batched", (int(np.prod(b.shape[:-2], dtype=np.int64)), k, n), b.scale, view_of=b.id)
     lowered.tensors += [a3, b3]
     parts = []
-    for i in range(batches):
+    for i, (ia, ib) in enumerate(pairs):
         ai = ctx.temp(node.name, f"a{i}", (1, m, k), a.scale)
         bi = ctx.temp(node.name, f"b{i}", (1, k, n), b.scale)
         ci = ctx.temp(node.name, f"c{i}", (1, m, n), y.scale)
         lowered.tensors += [ai, bi, ci]
-        for src, dst in ((a3, ai), (b3, bi)):
-            lowered.steps.append(copy_range(node.name, src, dst, 0, i, f"batched matmul: copy of batch {i}"))
+        for src, dst, j in ((a3, ai, ia), (b3, bi, ib)):
+            lowered.steps.append(copy_range(node.name, src, dst, 0, j, f"batched matmul: copy of batch {j}"))
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
                                     stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
         parts.append(ci)

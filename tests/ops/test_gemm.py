@@ -77,3 +77,24 @@ def test_matmul_bias_add_becomes_the_matmul_bias():
        relu=st.booleans(), seed=st.integers(0, 10_000))
 def test_gemm_random_shapes(m, k, n, trans_b, relu, seed):
     assert_matches_ort(gemm_model(m, k, n, trans_b, relu=relu, seed=seed), samples=2, seed=seed)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 5, 8), (2, 1, 8, 4)), ((1, 4, 6, 8), (3, 1, 8, 5)),
+                                             ((2, 3, 5, 8), (8, 4)), ((4, 8), (2, 8, 3))],
+                         ids=["shared-keys", "both-broadcast", "rank2-right", "rank2-left"])
+def test_matmul_of_two_activations_broadcasts_batches(a_shape, b_shape):
+    """Multi-query attention's keys and values are shared by every head: each result batch reads its A and
+    B batches in place, as NumPy broadcasting pairs them."""
+    from onnx2gemmini.ops.gemm import batch_pairs
+    model = infer_outputs([helper.make_node("Relu", ["b"], ["br"]), helper.make_node("MatMul", ["a", "br"], ["y"])],
+                          {"a": list(a_shape), "b": list(b_shape)})
+    compiled, _ = assert_matches_ort(model, samples=3)
+    batches = len(batch_pairs(a_shape[:-2], b_shape[:-2]))
+    assert sum(s.kind == "matmul" for s in compiled.plan.steps) == batches
+
+
+def test_batch_pairs_follow_numpy_broadcasting():
+    from onnx2gemmini.ops.gemm import batch_pairs
+    a, b = np.arange(6).reshape(2, 3, 1, 1), np.arange(2).reshape(2, 1, 1, 1) * 100
+    expected = (a + b).reshape(-1)
+    assert [ia + 100 * ib for ia, ib in batch_pairs((2, 3), (2, 1))] == expected.tolist()
