@@ -108,13 +108,13 @@ def test_node_case(name):
 # Forms the compiler refuses by design (one clean error each); everything else must compile and match.
 REFUSED = {
     "test_sum_example": "three operands", "test_sum_one_input": "one operand",
-    "test_averagepool_1d_default": "1-D", "test_averagepool_3d_default": "3-D",
+    "test_averagepool_3d_default": "3-D",
     "test_averagepool_3d_dilations_small": "3-D",
     "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False": "3-D",
     "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True": "3-D",
     "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False": "3-D",
     "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True": "3-D",
-    "test_maxpool_1d_default": "1-D", "test_maxpool_3d_default": "3-D", "test_maxpool_3d_dilations": "3-D",
+    "test_maxpool_3d_default": "3-D", "test_maxpool_3d_dilations": "3-D",
     "test_maxpool_3d_dilations_use_ref_impl": "3-D", "test_maxpool_3d_dilations_use_ref_impl_large": "3-D",
     "test_maxpool_with_argmax_2d_precomputed_pads": "Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "Indices output",
