@@ -184,3 +184,16 @@ def test_pool1d_runs_as_a_2d_pool_of_height_one(op, attrs):
     graph, changes = rewritten(model)
     assert any(f"1-D {op} as a 2-D" in c for c in changes)
     assert_matches_ort(model)
+
+
+def test_an_empty_slice_feeding_a_concat_is_dropped():
+    """Partial rotary embeddings concatenate a zero-width slice: it is dropped, the rest compiles."""
+    starts, ends, axes = (np.array([v], np.int64) for v in (8, 8, -1))
+    inits = {"s": starts, "e": ends, "a": axes}
+    model = infer_outputs([helper.make_node("Slice", ["x", "s", "e", "a"], ["empty"]),
+                           helper.make_node("Relu", ["x"], ["r"]),
+                           helper.make_node("Concat", ["r", "empty"], ["y"], axis=-1)], {"x": [1, 4, 8]}, inits)
+    graph, changes = rewritten(model)
+    assert any("empty output, dropped" in c for c in changes)
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Identity"]
+    assert_matches_ort(model)

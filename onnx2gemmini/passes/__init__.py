@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import bias_add, bn_affine, bn_fold, conv1d, equalize, fuse_activation, fuse_gate, fuse_maxpool, qdq_import
+from . import bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_maxpool, qdq_import
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -17,6 +17,7 @@ Pass = Callable[[Graph, GemminiConfig], list[str]]
 # activation attach to it; a 1-D conv becomes 2-D last, its fusions kept.
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("qdq_import", qdq_import.run),
+    ("drop_empty", drop_empty.run),
     ("bn_affine", bn_affine.run),
     ("bn_fold", bn_fold.run),
     ("bias_add", bias_add.run),
