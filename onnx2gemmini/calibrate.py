@@ -78,14 +78,6 @@ def session(model: onnx.ModelProto, outputs: list[str] | None = None,
         raise ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}") from None
 
 
-def run_float(model: onnx.ModelProto, data: Dataset, tensors: list[str]):
-    """Yield {tensor: float array} per sample."""
-    sess = session(model, tensors)
-    for i in range(data.num_samples):
-        values = sess.run(tensors, data.sample(i))
-        yield dict(zip(tensors, values))
-
-
 def calibrate(model: onnx.ModelProto, data: Dataset, method: str = "minmax",
               tensors: list[str] | None = None) -> dict[str, float]:
     """{tensor: amax} — the symmetric range to map onto int8 for every float tensor (or every one of
@@ -104,7 +96,8 @@ class Statistics:
 
 def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", tensors: list[str] | None = None,
                mean_tensors: list[str] = (), threads: int | None = None, progress=None) -> Statistics:
-    """Ranges of `tensors` (default: every float tensor) by `method`, and `channel_means` of `mean_tensors`,
+    """Ranges of `tensors` (default: every float tensor) by `method`, and the per-channel means of `mean_tensors` (bias
+    correction cancels the mean error of int8 weights with them: "axis1" for conv inputs, "last" for matmul inputs),
     from one float pass over `data` (two when the values the histograms need exceed KEEP_BYTES).
 
     The session computes every float tensor whichever are asked for, so the values, and the ranges, do not
@@ -241,20 +234,6 @@ def _mse(hist: np.ndarray, amax: float) -> float:
         if err < best_err:
             best, best_err = t, err
     return best
-
-
-def channel_means(model: onnx.ModelProto, data: Dataset, tensors: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Per-channel means of `tensors` over the data, along axis 1 ("axis1": conv inputs) and along the last
-    axis ("last": matmul inputs). Bias correction uses them to cancel the mean error of int8 weights."""
-    tensors = list(dict.fromkeys(tensors))
-    sums: dict[str, dict] = {}
-    for values in run_float(model, data, tensors):
-        for t, v in values.items():
-            entry = sums.setdefault(t, {"axis1": 0.0, "last": 0.0})
-            for k, m in _sample_means(v).items():
-                entry[k] = entry[k] + m
-    n = data.num_samples
-    return {t: {k: np.asarray(s) / n for k, s in entry.items()} for t, entry in sums.items()}
 
 
 def _sample_means(v: np.ndarray) -> dict[str, np.ndarray]:

@@ -337,35 +337,44 @@ def load_outputs(path, names: list[str]) -> dict[str, np.ndarray]:
 
 
 def check_save_path(path, inputs=()) -> None:
-    """Before a long run: `--save-outputs` names a file in an existing directory, and none of the files the
-    run reads (model, data, config, saved outputs), which it would destroy."""
+    """Before a long run: `--save-outputs` names a file in an existing, writable directory, and none of the
+    files the run reads (model, data, config, saved outputs; outdir.protected_paths), which it would destroy."""
+    import os
     from pathlib import Path
+
+    from .outdir import protected_paths
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"--save-outputs {path}: is a directory (give a file name, e.g. outputs.npz)")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"--save-outputs {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"--save-outputs {path}: cannot write in {parent} (permission denied)")
     target = path.resolve()
-    for f in inputs:
-        if isinstance(f, (str, Path)) and Path(f).exists() and Path(f).resolve() == target:
-            raise OutputError(f"--save-outputs {path}: is an input of this run; it would be overwritten")
+    if any(p.exists() and p.resolve() == target for p in protected_paths(inputs)):
+        raise OutputError(f"--save-outputs {path}: is an input of this run; it would be overwritten")
 
 
 def save_outputs(path, int8_out: dict[str, np.ndarray]) -> None:
     """The int8 outputs (dequantized, samples on axis 0) as an .npz for `--load-outputs`, written whole or
     not at all."""
+    import contextlib
     import os
     import tempfile
+    import zipfile
     from pathlib import Path
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=".o2g-outputs-", suffix=".npz", dir=path.parent if str(path.parent) else ".")
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **int8_out)
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as archive:
+            for name, values in int8_out.items():  # as np.savez does, but any output name is a key
+                with archive.open(name + ".npy", "w", force_zip64=True) as entry:
+                    np.lib.format.write_array(entry, np.asanyarray(values), allow_pickle=False)
         os.replace(tmp, path)
     except OSError as exc:
-        os.unlink(tmp) if os.path.exists(tmp) else None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise OutputError(f"--save-outputs {path}: cannot write ({exc.strerror or exc})") from None
 
 

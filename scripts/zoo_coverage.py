@@ -150,6 +150,9 @@ def sweep(archs: list, timeout: float, from_timm: bool, jobs: int = 1) -> list[d
 
 
 def markdown(rows: list[dict]) -> str:
+    """The table; every cell (names and error texts come from the models) through emit.names.markdown."""
+    from onnx2gemmini.emit.names import markdown as markdown_cell
+
     lines = ["| model | family | input | result | MACs on Gemmini | CPU steps / steps | diff | SQNR dB |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -158,7 +161,7 @@ def markdown(rows: list[dict]) -> str:
         result = r["status"] if r["status"] == "compiled" else f"{r['status']}: {r.get('detail', '')}"
         sqnr = f"{r['sqnr']:.1f}" if "sqnr" in r else ""
         cells = [r["name"], r["family"], r.get("input", ""), result, share, steps, r.get("diff", ""), sqnr]
-        lines.append("| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |")
+        lines.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

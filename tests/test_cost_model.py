@@ -58,54 +58,63 @@ def _input_cols_moved(icols_unpadded, lpad, rpad, dim, ds):
     return moved
 
 
+def conv_tile_origins(g: ConvGeometry, tiles):
+    """tiled_conv's loop nest (b -> porow -> pocol -> poch -> krow -> kcol -> kch), one tuple per tile:
+    (b, porow, pocol, orow, ocol, poch, krow, kcol, kch), orow/ocol the tile's first conv output row/col."""
+    batches, porows, pocols, pochs, krows, kcols, kchs = tiles
+    _, pst, ppad = g.pool
+    pr_dim, pc_dim = g.pool_out_dims
+    for b in range(0, g.batch_size, batches):
+        for porow in range(0, pr_dim, porows):
+            for pocol in range(0, pc_dim, pocols):
+                for poch in range(0, g.out_channels, pochs):
+                    for krow in range(0, g.kernel_dim, krows):
+                        for kcol in range(0, g.kernel_dim, kcols):
+                            for kch in range(0, g.in_channels, kchs):
+                                yield (b, porow, pocol, porow * pst - ppad, pocol * pst - ppad, poch, krow, kcol,
+                                       kch)
+
+
 def walk_conv(g: ConvGeometry, tiles, dim, has_bias=True) -> dict:
     """tiled_conv's loop nest and the pads it hands to sp_tiled_conv, tile by tile."""
     batches, porows, pocols, pochs, krows, kcols, kchs = tiles
-    psz, pst, ppad = g.pool
+    psz, pst, _ = g.pool
     pr_dim, pc_dim = g.pool_out_dims
     k, s, ds = g.kernel_dim, g.stride, int(g.downsample)
     n = [ceil_div(m, t) for m, t in zip(g.max_tiles, tiles)]
     b_reuse = n[6] * n[3] * n[4] * n[5] <= 2
     a_reuse = n[6] * n[4] * n[5] * n[0] * n[1] * n[2] <= 2
     moved = {"input": 0, "weights": 0, "bias": 0, "output": 0}
-    for b in range(0, g.batch_size, batches):
-        for porow in range(0, pr_dim, porows):
-            orow = porow * pst - ppad
-            for pocol in range(0, pc_dim, pocols):
-                ocol = pocol * pst - ppad
-                for poch in range(0, g.out_channels, pochs):
-                    for krow in range(0, k, krows):
-                        irow = max(orow, 0) * s + krow - g.padding
-                        for kcol in range(0, k, kcols):
-                            icol = max(ocol, 0) * s + kcol - g.padding
-                            for kch in range(0, g.in_channels, kchs):
-                                b_ = min(batches, g.batch_size - b)
-                                porows_, pocols_ = min(porows, pr_dim - porow), min(pocols, pc_dim - pocol)
-                                pochs_ = min(pochs, g.out_channels - poch)
-                                krows_, kcols_ = min(krows, k - krow), min(kcols, k - kcol)
-                                kchs_ = min(kchs, g.in_channels - kch)
-                                ocols_, orows_ = pocols_ * pst + psz - 1, porows_ * pst + psz - 1
-                                plpad, pupad = max(0, -ocol), max(0, -orow)
-                                prpad = max(0, ocol + ocols_ - g.out_col_dim)
-                                pdpad = max(0, orow + orows_ - g.out_row_dim)
-                                icols_ = (ocols_ - plpad - prpad) * s + kcols_ - 1
-                                irows_ = (orows_ - pupad - pdpad) * s + krows_ - 1
-                                lpad, upad = max(0, -icol), max(0, -irow)
-                                rpad = max(0, icol + icols_ - g.in_col_dim)
-                                dpad = max(0, irow + irows_ - g.in_row_dim)
-                                rows_unpadded, cols_unpadded = irows_ - upad - dpad, icols_ - lpad - rpad
-                                rows = sum(1 for r in range(-upad, rows_unpadded + dpad, 1 + ds)
-                                           if 0 <= r < rows_unpadded)
-                                cols = _input_cols_moved(cols_unpadded, lpad, rpad, dim, ds)
-                                if not (a_reuse and poch > 0):
-                                    moved["input"] += b_ * rows * cols * kchs_
-                                if not (b_reuse and pocol + porow + b > 0):
-                                    moved["weights"] += krows_ * kcols_ * kchs_ * pochs_
-                                if has_bias and krow == 0 and kcol == 0 and kch == 0:
-                                    conv_px = (orows_ - pupad - pdpad) * (ocols_ - plpad - prpad)
-                                    moved["bias"] += 4 * b_ * conv_px * pochs_
-                                if krow + krows >= k and kcol + kcols >= k and kch + kchs >= g.in_channels:
-                                    moved["output"] += b_ * porows_ * pocols_ * pochs_
+    for b, porow, pocol, orow, ocol, poch, krow, kcol, kch in conv_tile_origins(g, tiles):
+        irow = max(orow, 0) * s + krow - g.padding
+        icol = max(ocol, 0) * s + kcol - g.padding
+        b_ = min(batches, g.batch_size - b)
+        porows_, pocols_ = min(porows, pr_dim - porow), min(pocols, pc_dim - pocol)
+        pochs_ = min(pochs, g.out_channels - poch)
+        krows_, kcols_ = min(krows, k - krow), min(kcols, k - kcol)
+        kchs_ = min(kchs, g.in_channels - kch)
+        ocols_, orows_ = pocols_ * pst + psz - 1, porows_ * pst + psz - 1
+        plpad, pupad = max(0, -ocol), max(0, -orow)
+        prpad = max(0, ocol + ocols_ - g.out_col_dim)
+        pdpad = max(0, orow + orows_ - g.out_row_dim)
+        icols_ = (ocols_ - plpad - prpad) * s + kcols_ - 1
+        irows_ = (orows_ - pupad - pdpad) * s + krows_ - 1
+        lpad, upad = max(0, -icol), max(0, -irow)
+        rpad = max(0, icol + icols_ - g.in_col_dim)
+        dpad = max(0, irow + irows_ - g.in_row_dim)
+        rows_unpadded, cols_unpadded = irows_ - upad - dpad, icols_ - lpad - rpad
+        rows = sum(1 for r in range(-upad, rows_unpadded + dpad, 1 + ds)
+                   if 0 <= r < rows_unpadded)
+        cols = _input_cols_moved(cols_unpadded, lpad, rpad, dim, ds)
+        if not (a_reuse and poch > 0):
+            moved["input"] += b_ * rows * cols * kchs_
+        if not (b_reuse and pocol + porow + b > 0):
+            moved["weights"] += krows_ * kcols_ * kchs_ * pochs_
+        if has_bias and krow == 0 and kcol == 0 and kch == 0:
+            conv_px = (orows_ - pupad - pdpad) * (ocols_ - plpad - prpad)
+            moved["bias"] += 4 * b_ * conv_px * pochs_
+        if krow + krows >= k and kcol + kcols >= k and kch + kchs >= g.in_channels:
+            moved["output"] += b_ * porows_ * pocols_ * pochs_
     return moved
 
 
@@ -140,34 +149,26 @@ def walk_conv_compute(g: ConvGeometry, tiles, config) -> int:
     ocol in DIM chunks, new weights at the first chunk), over the conv rows/cols the tile computes."""
     dim = config.dim
     batches, porows, pocols, pochs, krows, kcols, kchs = tiles
-    psz, pst, ppad = g.pool
+    psz, pst, _ = g.pool
     pr_dim, pc_dim = g.pool_out_dims
     stream, n_tiles = [], 0
-    for b in range(0, g.batch_size, batches):
-        for porow in range(0, pr_dim, porows):
-            orow = porow * pst - ppad
-            for pocol in range(0, pc_dim, pocols):
-                ocol = pocol * pst - ppad
-                for poch in range(0, g.out_channels, pochs):
-                    for krow in range(0, g.kernel_dim, krows):
-                        for kcol in range(0, g.kernel_dim, kcols):
-                            for kch in range(0, g.in_channels, kchs):
-                                n_tiles += 1
-                                orows_ = min(porows, pr_dim - porow) * pst + psz - 1
-                                ocols_ = min(pocols, pc_dim - pocol) * pst + psz - 1
-                                orows_eff = orows_ - max(0, -orow) - max(0, orow + orows_ - g.out_row_dim)
-                                ocols_eff = ocols_ - max(0, -ocol) - max(0, ocol + ocols_ - g.out_col_dim)
-                                kcols_ = min(kcols, g.kernel_dim - kcol)
-                                kchs_ = min(kchs, g.in_channels - kch)
-                                ppr = pixels_per_row(g, kcols_, kchs_, config)
-                                for _block in range(ceil_div(min(pochs, g.out_channels - poch), dim)
-                                                    * min(krows, g.kernel_dim - krow) * ceil_div(kcols_, ppr)
-                                                    * ceil_div(kchs_, dim)):
-                                    first = True
-                                    for _row in range(min(batches, g.batch_size - b) * max(0, orows_eff)):
-                                        for c in range(0, max(0, ocols_eff), dim):
-                                            stream.append((min(dim, ocols_eff - c), first))
-                                            first = False
+    for b, porow, pocol, orow, ocol, poch, krow, kcol, kch in conv_tile_origins(g, tiles):
+        n_tiles += 1
+        orows_ = min(porows, pr_dim - porow) * pst + psz - 1
+        ocols_ = min(pocols, pc_dim - pocol) * pst + psz - 1
+        orows_eff = orows_ - max(0, -orow) - max(0, orow + orows_ - g.out_row_dim)
+        ocols_eff = ocols_ - max(0, -ocol) - max(0, ocol + ocols_ - g.out_col_dim)
+        kcols_ = min(kcols, g.kernel_dim - kcol)
+        kchs_ = min(kchs, g.in_channels - kch)
+        ppr = pixels_per_row(g, kcols_, kchs_, config)
+        for _block in range(ceil_div(min(pochs, g.out_channels - poch), dim)
+                            * min(krows, g.kernel_dim - krow) * ceil_div(kcols_, ppr)
+                            * ceil_div(kchs_, dim)):
+            first = True
+            for _row in range(min(batches, g.batch_size - b) * max(0, orows_eff)):
+                for c in range(0, max(0, ocols_eff), dim):
+                    stream.append((min(dim, ocols_eff - c), first))
+                    first = False
     return feed_cycles(stream, dim) + n_tiles * LOOP_OVERHEAD_BLOCKS * dim
 
 

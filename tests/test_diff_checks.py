@@ -111,3 +111,14 @@ def test_text_names_the_first_divergent_layer():
     text = format_diff(result)
     assert "first layer differing from onnxruntime QDQ: conv2 (1 LSB)" in text
     assert "3.000%" in text
+
+
+def test_saved_outputs_keep_any_output_name(tmp_path):
+    """Output names become archive keys whatever they are (np.savez would take 'file' as its own argument)."""
+    from onnx2gemmini.compare import load_outputs, save_outputs
+    values = {"file": np.arange(3.0), "a/b c": np.ones((2, 2), np.float32), "allow_pickle": np.zeros(1)}
+    save_outputs(tmp_path / "o.npz", values)
+    loaded = load_outputs(tmp_path / "o.npz", list(values))
+    assert loaded.keys() == values.keys()
+    for k in values:
+        np.testing.assert_array_equal(loaded[k], values[k])
