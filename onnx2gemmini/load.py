@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference, version_converter
 
-from . import limits, qlinear
+from . import fold_shapes, limits, qlinear
 from .errors import ModelError, UsageError
 
 log = logging.getLogger("onnx2gemmini")
@@ -487,6 +487,9 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
         simplify = False  # constant folding would dequantize the weights and lose their scales
         log.info("pre-quantized model: compiled without onnxsim, with the model's own scales")
     if simplify:
+        folded = fold_shapes.fold(model)
+        if folded:
+            log.info("%d shape computations folded to the constants onnxruntime computes", folded)
         model = _simplify(model)
         _lift_constants(model)
     model = _infer_shapes(model, path)
