@@ -770,6 +770,7 @@ def configurations(quick: bool) -> list[dict]:
     rows = [ours(DEFAULT_LABEL, layers=True),
             ours("minmax", layers=True, calib_method="minmax"),
             ours("percentile", calib_method="percentile"),
+            ours("output-aware", layers=True, calib_method="output"),
             ours("mse, --no-equalize", equalize=False),
             ours("mse, --no-bias-correction", bias_correction=False),
             ours("minmax, no CLE, no bias corr.", calib_method="minmax", equalize=False, bias_correction=False)]
