@@ -197,6 +197,29 @@ def linear_interpolate(f: np.ndarray, axes, lo, hi, w_lo, w_hi, out_shape) -> np
     return total.astype(np.float32)
 
 
+def cubic_interpolate(f: np.ndarray, axes, pos, weight, divisor, out_shape) -> np.ndarray:
+    """onnxruntime's bicubic kernel (ResizeBiCubic) on float32 data, bit for bit.
+
+    `axes` = (height, width) axes of `f`; `pos`/`weight` hold four source positions and float32 weights per
+    output position of the height axis, then of the width axis (`out_shape`); `divisor` one per output
+    position of the height axis. Along the width first, each row's value is 0 + w0*v0 + .. + w3*v3, left to
+    right; then the output is 0 + (row0*h0)/d + .. + (row3*h3)/d over the four rows, left to right."""
+    f32 = np.float32
+    ah, aw = axes
+    n_h, n_w = out_shape[ah], out_shape[aw]
+    pos, weight = np.asarray(pos, np.int64), np.asarray(weight, f32)
+    p_h, p_w = pos[:4 * n_h].reshape(n_h, 4), pos[4 * n_h:].reshape(n_w, 4)
+    w_h, w_w = weight[:4 * n_h].reshape(n_h, 4), weight[4 * n_h:].reshape(n_w, 4)
+    d = _along(np.asarray(divisor, f32), f.ndim, ah)
+    rows = f32(0)
+    for j in range(4):
+        rows = rows + _along(w_w[:, j], f.ndim, aw) * np.take(f, p_w[:, j], axis=aw)
+    total = f32(0)
+    for i in range(4):
+        total = total + np.take(rows, p_h[:, i], axis=ah) * _along(w_h[:, i], f.ndim, ah) / d
+    return np.asarray(total, f32)
+
+
 def concat(xs: list[np.ndarray], axis: int, in_scales, out_scale) -> np.ndarray:
     return np.concatenate([requantize(x, s, out_scale) for x, s in zip(xs, in_scales)], axis=axis)
 

@@ -248,6 +248,41 @@ class ResizeLinear(CpuKernel):
         return FLOAT_REORDERING
 
 
+RESIZE_CUBIC = CFunction("o2g_resize_cubic", (X, Y, ("rank", Int()), ("in_shape", List("int")),
+                                              ("out_shape", List("int")), ("axes", List("int")),
+                                              ("pos", List("int64_t")), ("weight", List("float")),
+                                              ("divisor", List("float")), *SCALES))
+
+
+@cpu_kernel("resize_cubic", RESIZE_CUBIC)
+@dataclass(frozen=True)
+class ResizeCubic(CpuKernel):
+    """Cubic Resize: the height and width axes (storage order), four source positions and float32 weights
+    per output position of each, and the height weights' divisors (ops/resize.py computes them as
+    onnxruntime does), combined in onnxruntime's float32 order, then quantized. Not the linear kernel with
+    four taps: onnxruntime sums each row first, then the rows, where linear mode sums weighted corners."""
+
+    axes: tuple[int, int]
+    pos: tuple[int, ...]
+    weight: tuple[float, ...]
+    divisor: tuple[float, ...]
+    in_scale: float
+    out_scale: float
+
+    def run(self, inputs, out_shapes):
+        f = inputs[0].astype(np.float32) * np.float32(self.in_scale)
+        y = kernels.cubic_interpolate(f, self.axes, self.pos, self.weight, self.divisor, out_shapes[0])
+        return [quantize(y, self.out_scale)]
+
+    def calls(self, site: CallSite):
+        x, y = site.inputs[0], site.outputs[0]
+        return [CCall(RESIZE_CUBIC, (x.arg(), y.arg(), len(x.shape), x.shape, y.shape, self.axes, self.pos,
+                                     self.weight, self.divisor, self.in_scale, self.out_scale))]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_REORDERING
+
+
 REDUCE_KINDS = ("sum", "mean", "max", "min", "l2")  # the order of enum o2g_reduce_kind
 REDUCE = CFunction("o2g_reduce", (X, Y, ("outer", Int("size_t")), ("axis_len", Int("size_t")),
                                   ("inner", Int("size_t")),

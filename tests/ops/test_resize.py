@@ -1,12 +1,12 @@
-"""Resize: nearest as one exact `remap` step; linear as one float `resize_linear` step whose taps and
-float32 order are onnxruntime's."""
+"""Resize: nearest as one exact `remap` step; linear and cubic as one float `resize_linear` /
+`resize_cubic` step whose taps and float32 order are onnxruntime's."""
 import numpy as np
 import onnxruntime as ort
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from onnx2gemmini.ops.resize import linear_tables
+from onnx2gemmini.ops.resize import cubic_tables, linear_tables
 from onnx2gemmini import kernels
 from tests.helpers import assert_exact_move, assert_matches_ort, one_node, rng
 
@@ -78,11 +78,12 @@ LINEAR_SHAPES = {
 }
 
 
-def assert_linear_resize(model, samples=4):
-    """One `resize_linear` step on the input's own layout. It states 1 LSB, as every float CPU step, but
-    equals onnxruntime's QDQ run bit for bit: the same float32 taps and order, then the same rounding."""
+def assert_linear_resize(model, samples=4, op="resize_linear"):
+    """One `resize_linear` (`resize_cubic`) step on the input's own layout. It states 1 LSB, as every float
+    CPU step, but equals onnxruntime's QDQ run bit for bit: the same float32 taps and order, then the same
+    rounding."""
     compiled, result = assert_matches_ort(model, samples=samples)
-    steps = [s for s in compiled.plan.steps if getattr(s, "op", "") == "resize_linear"]
+    steps = [s for s in compiled.plan.steps if getattr(s, "op", "") == op]
     assert len(steps) == 1 and steps[0].golden_tolerance(compiled.plan.call_site(steps[0])).lsb == 1
     own = [s for s in compiled.plan.steps if s.node == steps[0].node]
     assert own == steps  # no transpose before or after
@@ -162,8 +163,95 @@ def test_linear_taps_and_order_equal_onnxruntimes_float_kernel(coord, case):
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
+CUBIC_GEOMETRIES = {**LINEAR_GEOMETRIES, "height_scale_1_1_same_size": dict(scales=[1, 1, 1.1, 2])}
+# the forms onnxruntime's bicubic kernel takes: 2-D inputs, 4-D resizing axes 2, 3 (also through `axes`)
+CUBIC_SHAPES = {
+    "2d_up_down": ((5, 6), dict(scales=[1.5, 0.5])),
+    "2d_sizes": ((4, 3), dict(sizes=[9, 2])),
+    "axes_attribute": ((1, 3, 5, 6), dict(scales=[0.5, 2.5], axes=[2, 3])),
+    "from_one_pixel": ((1, 2, 1, 1), dict(sizes=[1, 2, 3, 4])),
+    "same_sizes_copy": ((1, 3, 4, 2), dict(scales=[1, 1, 1, 1.2])),
+}
+CUBIC_COEFFS = {"keys_a-0.75": {}, "a-0.5_exclude_outside": dict(cubic_coeff_a=-0.5, exclude_outside=1),
+                "a-0.6123_exclude_outside": dict(cubic_coeff_a=-0.6123, exclude_outside=1),
+                "a-0.5": dict(cubic_coeff_a=-0.5), "exclude_outside": dict(exclude_outside=1)}
+
+
+def cubic_model(shape, coord="half_pixel", **kwargs):
+    return resize_model(shape, mode="cubic", opset=19, coordinate_transformation_mode=coord, **kwargs)
+
+
+@pytest.mark.parametrize("coeffs", ["keys_a-0.75", "a-0.5_exclude_outside"])
+@pytest.mark.parametrize("geometry", list(CUBIC_GEOMETRIES), ids=list(CUBIC_GEOMETRIES))
+@pytest.mark.parametrize("coord", LINEAR_COORDS)
+def test_resize_cubic(coord, geometry, coeffs):
+    assert_linear_resize(cubic_model((1, 3, 5, 6), coord, **CUBIC_GEOMETRIES[geometry], **CUBIC_COEFFS[coeffs]),
+                         op="resize_cubic")
+
+
+@pytest.mark.parametrize("coeffs", list(CUBIC_COEFFS), ids=list(CUBIC_COEFFS))
+@pytest.mark.parametrize("geometry", ["up2", "down_0_6", "sizes_7x3"])
+def test_resize_cubic_after_conv_stays_nhwc(geometry, coeffs):
+    """Conv output stored NHWC: height and width are storage axes 1, 2, the channels run innermost."""
+    compiled, _ = assert_linear_resize(cubic_model((1, 3, 5, 6), after_conv=True, **GEOMETRIES[geometry],
+                                                   **CUBIC_COEFFS[coeffs]), op="resize_cubic")
+    step = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "resize_cubic")
+    assert compiled.plan.tensors[step.inputs[0]].layout == "NHWC" and step.params.axes == (1, 2)
+
+
+@pytest.mark.parametrize("coeffs", ["keys_a-0.75", "a-0.5_exclude_outside"])
+@pytest.mark.parametrize("case", list(CUBIC_SHAPES), ids=list(CUBIC_SHAPES))
+def test_resize_cubic_ranks_and_axes(case, coeffs):
+    shape, geometry = CUBIC_SHAPES[case]
+    assert_linear_resize(cubic_model(shape, **geometry, **CUBIC_COEFFS[coeffs]), op="resize_cubic")
+
+
+@given(h=st.integers(1, 8), w=st.integers(1, 8), oh=st.integers(1, 16), ow=st.integers(1, 16),
+       coord=st.sampled_from(LINEAR_COORDS), coeffs=st.sampled_from(list(CUBIC_COEFFS)))
+def test_resize_cubic_random_sizes(h, w, oh, ow, coord, coeffs):
+    assert_linear_resize(cubic_model((1, 2, h, w), coord, sizes=[1, 2, oh, ow], **CUBIC_COEFFS[coeffs]),
+                         samples=2, op="resize_cubic")
+
+
+CUBIC_FLOAT_CASES = {**{k: ((1, 3, 5, 6), v) for k, v in CUBIC_GEOMETRIES.items()}, **CUBIC_SHAPES}
+
+
+@pytest.mark.parametrize("coeffs", list(CUBIC_COEFFS), ids=list(CUBIC_COEFFS))
+@pytest.mark.parametrize("case", list(CUBIC_FLOAT_CASES), ids=list(CUBIC_FLOAT_CASES))
+@pytest.mark.parametrize("coord", LINEAR_COORDS)
+def test_cubic_taps_and_order_equal_onnxruntimes_float_kernel(coord, case, coeffs):
+    """The float32 interpolation alone, on float data: bit for bit onnxruntime's."""
+    shape, geometry = CUBIC_FLOAT_CASES[case]
+    attrs = CUBIC_COEFFS[coeffs]
+    x = rng(3).normal(0, 10, shape).astype(np.float32)
+    want = ort_float_resize(x, cubic_model(shape, coord, **geometry, **attrs))
+    tables = cubic_tables(shape, want.shape, onnx_scales(shape, want.shape, geometry), coord,
+                          attrs.get("cubic_coeff_a", -0.75), bool(attrs.get("exclude_outside", 0)))
+    got = kernels.cubic_interpolate(x, tables["axes"], tables["pos"], tables["weight"], tables["divisor"],
+                                    want.shape)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+def test_resize_cubic_data_tells_the_weights_apart():
+    """The int8 comparisons above can fail: on int8 data, onnxruntime's quantized cubic result changes with
+    every other weight choice (linear weights, another cubic_coeff_a, exclude_outside)."""
+    shape, geometry = (1, 3, 5, 6), dict(scales=[1, 1, 2, 0.6])
+    x = rng(4).integers(-127, 128, shape).astype(np.float32) * np.float32(1 / 127)
+    want = ort_float_resize(x, cubic_model(shape, **geometry))
+    scale = np.float32(np.abs(want).max() / 127)
+    for attrs in (dict(mode="linear"), dict(mode="cubic", cubic_coeff_a=-0.5), dict(mode="cubic", exclude_outside=1)):
+        other = ort_float_resize(x, resize_model(shape, opset=19, **geometry, **attrs))
+        assert (np.round(other / scale) != np.round(want / scale)).sum() > 10, attrs
+
+
 @pytest.mark.parametrize("shape,attrs,reason", [
-    ((1, 3, 4, 4), dict(mode="cubic"), "mode cubic"),
+    ((1, 3, 4, 4), dict(mode="cubic", antialias=1), "antialias"),
+    ((1, 5, 6, 3), dict(mode="cubic", scales=[1, 2, 2, 1]), "axes 1, 2 of a 4-D input"),
+    ((3, 5, 6), dict(mode="cubic", scales=[1, 2, 2]), "3-D input"),
+    ((1, 3, 4, 4), dict(mode="cubic", scales=[1, 2, 2, 2]), "4-D input"),
+    ((1, 3, 4, 4), dict(mode="cubic", coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
+    ((1, 3, 4, 4), dict(mode="cubic", keep_aspect_ratio_policy="not_smaller", sizes=[1, 3, 8, 6]),
+     "keep_aspect_ratio_policy"),
     ((1, 3, 4, 4), dict(coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize"),
     ((1, 3, 4, 4), dict(coordinate_transformation_mode="tf_half_pixel_for_nearest"), "tf_half_pixel_for_nearest"),
     ((1, 3, 4, 4), dict(mode="linear", coordinate_transformation_mode="tf_half_pixel_for_nearest"),
@@ -175,7 +263,8 @@ def test_linear_taps_and_order_equal_onnxruntimes_float_kernel(coord, case):
      "keep_aspect_ratio_policy"),
     ((6,), dict(mode="linear"), "1-D input"),
     ((1, 3, 4, 4), dict(mode="linear", scales=[1, 2, 2, 2]), "4-D input")],
-    ids=["cubic", "crop", "tf_half_pixel_for_nearest", "linear_tf_half_pixel_for_nearest", "linear_crop",
+    ids=["cubic_antialias", "cubic_nhwc_axes", "cubic_3d", "cubic_channels", "cubic_crop", "cubic_keep_aspect_ratio", "crop",
+         "tf_half_pixel_for_nearest", "linear_tf_half_pixel_for_nearest", "linear_crop",
          "linear_antialias", "linear_exclude_outside", "linear_keep_aspect_ratio", "linear_1d", "linear_channels"])
 def test_resize_refuses_what_it_does_not_implement(shape, attrs, reason):
     import onnx2gemmini as o2g
