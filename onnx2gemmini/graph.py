@@ -47,6 +47,9 @@ class Fused:
     # Mul(x, f(x)) with f a sigmoid-like activation (SiLU, hard swish): f's op type and sorted attributes;
     # the Mul then reads x alone and x * f(x) is one lookup table (passes/fuse_gate.py)
     gate: tuple[str, tuple] | None = None
+    # LSTM/GRU whose input projection X·Wᵀ (+ Wb) is a MatMul before it (passes/recurrent_projection.py): its X
+    # is that projection and its W the 0/1 selection of each direction's gate columns
+    projected: bool = False
 
 
 @dataclass

@@ -10,16 +10,7 @@ import numpy as np
 
 from ..config import GemminiConfig
 from ..graph import Graph, Node
-from .rewrite import add_initializer
-
-
-def _fresh(graph: Graph, base: str) -> str:
-    """A tensor name not used yet in the graph."""
-    taken = set(graph.shapes) | set(graph.initializers) | {o for n in graph.nodes for o in n.outputs}
-    name, i = base, 1
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
-    return name
+from .rewrite import add_initializer, fresh_name
 
 
 def _pads(attrs: dict, length: int, kernel: int) -> tuple[int, int]:
@@ -59,7 +50,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             kernel = node.attrs["kernel_shape"][0]
         n, c, length = graph.shapes[x]
         out = graph.shapes[y]
-        x2d, y2d = _fresh(graph, f"{x}__2d"), _fresh(graph, f"{y}__2d")
+        x2d, y2d = fresh_name(graph, f"{x}__2d"), fresh_name(graph, f"{y}__2d")
         graph.shapes[x2d], graph.dtypes[x2d] = (n, c, 1, length), graph.dtypes.get(x, np.dtype(np.float32))
         graph.shapes[y2d], graph.dtypes[y2d] = (out[0], out[1], 1, out[2]), graph.dtypes.get(y, np.dtype(np.float32))
         axes = add_initializer(graph, f"{node.name}__axes", np.array([2], np.int64))

@@ -24,6 +24,15 @@ def add_initializer(graph: Graph, base: str, value: np.ndarray) -> str:
     return name
 
 
+def fresh_name(graph: Graph, base: str) -> str:
+    """A tensor name not used yet in the graph."""
+    taken = set(graph.shapes) | set(graph.initializers) | {o for n in graph.nodes for o in n.outputs}
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
 def require_same_fixed_scale(graph: Graph, before: str, after: str, op: str) -> None:
     """A fusion keeps one scale: a pre-quantized model must not requantize between the fused ops."""
     a, b = graph.fixed_scales.get(before), graph.fixed_scales.get(after)
