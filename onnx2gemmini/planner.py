@@ -8,6 +8,7 @@ from .config import GemminiConfig
 from .emit.names import unique_identifiers
 from .errors import UnsupportedError
 from .graph import Graph, NodeView, topological
+from .ops import keep_float
 from .ops.context import LowerContext
 from .ops.registry import lookup
 from .plan import CpuOp, Plan, Tensor
@@ -63,7 +64,10 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
     for node in order:
         view = NodeView(node, graph)
         ctx = LowerContext(config, quant, by_onnx, tensor_ids, node_ids)
-        lowered = lookup(node.op_type, graph.opset, node.domain).lower(view, ctx)
+        if node.name in quant.float_layers:  # --keep-float: float32 weights on the CPU
+            lowered = keep_float.lower(view, ctx)
+        else:
+            lowered = lookup(node.op_type, graph.opset, node.domain).lower(view, ctx)
         for t in lowered.tensors:
             if t.id in tensors:
                 raise AssertionError(f"tensor id {t.id} defined twice")

@@ -79,4 +79,5 @@ class DiffResult(TypedDict, total=False):
     layers: list[LayerDiff]
     accuracy: Accuracy             # only with a `labels` array in the data
     sensitivity: list[LayerSensitivity]  # only when asked for (CONTRACTS.md), most costly first
+    kept_float: list[str]          # only with keep_float: the layers run in float on the CPU, graph order
     verdict: Verdict

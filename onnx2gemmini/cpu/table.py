@@ -72,6 +72,14 @@ class CpuKernel:
         """How far the op may be on `site` from onnxruntime running the QDQ model (EXACT: bit for bit)."""
         return EXACT
 
+    def macs(self, site: CallSite) -> int:
+        """Multiply-accumulates the op performs on the CPU (the report's MACs; 0: not a conv or matmul)."""
+        return 0
+
+    def instructions(self, site: CallSite) -> float | None:
+        """Estimated instructions its C calls retire on the core (the report's CPU cycles; None: no estimate)."""
+        return None
+
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 

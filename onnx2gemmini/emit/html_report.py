@@ -92,12 +92,31 @@ def report_html(report: dict) -> str:
                          f"{_quality_note(report) if key == 'quality' else ''}</figcaption></figure>")
         if key == "quality" and report.get("sensitivity"):  # where the error comes from, after where it is
             parts += _sensitivity(report)
+    parts += _kept_float(report)
     parts += ["<h2>Layers</h2>", _layer_table(report)]
     if report["cpu_steps"]:
         parts += ["<h2>CPU steps</h2>", "<ul>"] + [f"<li>{html_text(line)}</li>" for line in report["cpu_steps"]] \
             + ["</ul>"]
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _kept_float(report: dict) -> list[str]:
+    """The layers run in float on the CPU (--keep-float) and what they cost."""
+    kept = report.get("kept_float") or {}
+    if not kept.get("layers"):
+        return []
+    macs = report["totals"]["macs"]
+    note = (f"{len(kept['layers'])} layers run in float32 on the CPU (float32 weights, int8 in and out): "
+            f"{kept['macs']:,} MACs ({kept['macs'] / macs if macs else 0.0:.1%} of the model's), an ESTIMATED "
+            f"{kept['est_cycles']:,} CPU cycles, {kept['weight_bytes']:,} B of float32 weights.")
+    head = ("layer", "op", "MACs", "est. CPU cycles", "float32 weight B")
+    rows = "".join(f'<tr><td class="name">{html_text(r["name"])}</td><td>{html_text(r["op"])}</td>'
+                   f'<td class="n">{r["macs"]:,}</td><td class="n">{r["est_cycles"]:,}</td>'
+                   f'<td class="n">{r["weight_bytes"]:,}</td></tr>' for r in kept["layers"])
+    return ["<h2>Layers kept float (--keep-float)</h2>", f'<p class="note">{html_text(note)}</p>',
+            "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr></thead><tbody>{rows}</tbody>"
+            "</table>"]
 
 
 def _quality_note(report: dict) -> str:

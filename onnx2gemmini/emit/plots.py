@@ -130,7 +130,8 @@ def _target_color(report: dict, step: int) -> str:
 
 
 def cycles(report: dict) -> Figure | None:
-    """Estimated cycles and utilization of every Gemmini step (CPU steps have no estimate)."""
+    """Estimated cycles and utilization of every Gemmini step (CPU steps have no estimate, except the layers
+    kept float, whose CPU estimate is drawn in the CPU colour)."""
     layers = report["layers"]
     known = [(i, r) for i, r in enumerate(layers) if r["est_cycles"] is not None]
     if not known:
@@ -139,7 +140,7 @@ def cycles(report: dict) -> Figure | None:
         fig, (ax, ax2) = _figure(2)
         ax.bar([i for i, _ in known], [r["est_cycles"] for _, r in known], width=0.8,
                color=[_target_color(report, i) for i, _ in known])
-        cpu = [i for i, r in enumerate(layers) if r["target"] == "cpu"]
+        cpu = [i for i, r in enumerate(layers) if r["target"] == "cpu" and r["est_cycles"] is None]
         ax.plot(cpu, [0] * len(cpu), linestyle="none", marker="x", color=CPU, label="CPU step (no estimate)")
         values = [r["est_cycles"] for _, r in known if r["est_cycles"] > 0]
         if values and max(values) > 100 * min(values):

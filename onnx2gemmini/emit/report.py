@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+from ..cpu import CpuKernel
 from ..memory import align_up, plan_memory
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from ..version import __version__
@@ -51,6 +52,8 @@ def step_macs(step, plan: Plan) -> int:
     if isinstance(step, CpuOp) and step.op == "dwconv":
         kh, kw = step.params.window.kernel
         return int(np.prod(plan.tensors[step.outputs[0]].shape)) * kh * kw
+    if isinstance(step, CpuOp) and type(step.params).macs is not CpuKernel.macs:  # a layer kept float
+        return step.params.macs(plan.call_site(step))
     return 0
 
 
@@ -93,6 +96,24 @@ def arena_buffers(plan: Plan, memory) -> list[dict]:
 
 
 NO_QUALITY = {"source": None, "samples": 0, "data": "", "layers": []}
+
+
+def kept_float(compiled, rows: list[dict]) -> dict:
+    """The layers `--keep-float` runs in float on the CPU: per layer its float_conv step's MACs, estimated CPU
+    cycles and float32 weight bytes, and their sums (what keeping them costs; `totals` counts their MACs as
+    not on Gemmini and their weights in weight_bytes)."""
+    plan, kept = compiled.plan, compiled.quant.float_layers
+    layers = []
+    for node in compiled.graph.nodes:
+        if node.name not in kept:
+            continue
+        steps = [(s, r) for s, r in zip(plan.steps, rows) if s.node == node.name and isinstance(s, CpuOp)
+                 and s.op == "float_conv"]
+        layers.append({"name": node.name, "op": node.op_type, "macs": sum(r["macs"] for _, r in steps),
+                       "est_cycles": sum(r["est_cycles"] or 0 for _, r in steps),
+                       "weight_bytes": sum(int(plan.constants[t].nbytes) for s, _ in steps for t in s.inputs
+                                           if t in plan.constants)})
+    return {"layers": layers, **{k: sum(row[k] for row in layers) for k in ("macs", "est_cycles", "weight_bytes")}}
 
 
 def build_report(compiled, timing: dict, quality: dict | None = None, sensitivity: list | None = None) -> dict:
@@ -138,6 +159,7 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
             "baseline_dram_bytes": _sum_or_none(rows, "baseline_dram_bytes"),
             "activation_bytes": activation_bytes, "weight_bytes": weight_bytes,
         },
+        "kept_float": kept_float(compiled, rows),
         "quality": quality or {**NO_QUALITY, "layers": []},
         "timing": timing_entry(timing),
     }
@@ -191,8 +213,24 @@ def report_markdown(report: dict) -> str:
               f"{report['memory']['arena_bytes']:,} B (lower bound {report['memory']['lower_bound_bytes']:,} B)",
               *_quality_lines(report["quality"]),
               f"- compile time {report['timing']['total_s']:.2f} s", ""]
+    lines += _kept_float_lines(report.get("kept_float"), t["macs"])
     lines += _sensitivity_lines(report.get("sensitivity"))
     return "\n".join(lines)
+
+
+def _kept_float_lines(kept: dict | None, macs: int) -> list[str]:
+    """The layers run in float on the CPU (--keep-float), with what they cost."""
+    if not kept or not kept["layers"]:
+        return []
+    share = kept["macs"] / macs if macs else 0.0
+    lines = ["## Layers kept float (--keep-float)", "",
+             f"{len(kept['layers'])} layers run in float32 on the CPU (float32 weights, int8 in and out): "
+             f"{kept['macs']:,} MACs ({share:.1%} of the model's), an ESTIMATED {kept['est_cycles']:,} CPU cycles "
+             f"(instructions measured on Spike x CPI 1, docs/cost_model.md), {kept['weight_bytes']:,} B of float32 "
+             "weights.", "", "| layer | op | MACs | est. CPU cycles | float32 weight B |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {markdown(r['name'])} | {markdown(r['op'])} | {r['macs']:,} | {r['est_cycles']:,} | "
+              f"{r['weight_bytes']:,} |" for r in kept["layers"]]
+    return lines + [""]
 
 
 SENSITIVITY_TOP = 20  # rows of the ranking report.md and report.html show (report.json has every layer)
