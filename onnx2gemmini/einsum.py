@@ -50,3 +50,35 @@ def matmul_form(equation: str) -> MatmulForm | None:
         order = tuple(have.index(c) for c in want)
         return None if order == tuple(range(len(order))) else order
     return MatmulForm(perm(a, want_a), perm(b, want_b), perm("".join(product), list(out)))
+
+
+@dataclass(frozen=True)
+class GroupedForm:
+    """An equation as a batched matmul whose m, k and n may each span several letters (merged by reshapes):
+    the letters of each group in the order they are taken."""
+
+    batch: str
+    m: str
+    k: str
+    n: str
+
+
+def grouped_form(equation: str) -> GroupedForm | None:
+    """`a,b->out` as batch letters (in all three terms), m (a and out), k (a and b: summed) and n (b and
+    out), in a's order for batch, m and k and b's for n; None when a letter is in one operand only and not in
+    the output (a sum over one operand), repeated, or an ellipsis."""
+    parsed = _terms(equation)
+    if parsed is None or len(parsed[0]) != 2:
+        return None
+    (a, b), out = parsed
+    if any(len(set(t)) != len(t) for t in (a, b, out)) or not set(out) <= set(a) | set(b):
+        return None
+    if any(c not in out and c not in b for c in a) or any(c not in out and c not in a for c in b):
+        return None
+    batch = "".join(c for c in a if c in b and c in out)
+    m = "".join(c for c in a if c in out and c not in b)
+    k = "".join(c for c in a if c in b and c not in out)
+    n = "".join(c for c in b if c in out and c not in a)
+    if not m or not k or not n:
+        return None
+    return GroupedForm(batch, m, k, n)

@@ -10,7 +10,7 @@ from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, Matmul, Tensor
 from ..numerics import multiplier
-from .common import activation_code, copy_range, grouped_matmul, to_plain
+from .common import activation_code, copy_range, grouped_matmul, matmul, to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
 
@@ -77,15 +77,17 @@ class MatMulHandler(Handler):
     gemmini = ("tiled_matmul (a following Add of a constant row becomes the bias; runs of output columns with "
                "their own weight scale as one call each); products of two activations (attention) as one "
                "tiled_matmul per batch, broadcast batch dimensions read in place")
-    limits = "constant right operand 2-D; vectors are refused"
+    limits = ("constant right operand 2-D, or batched [batch..., K, N] with the left operand's batch dimensions "
+              "(one Gemmini call per batch, one weight scale); vectors are refused")
 
     def check(self, node, ctx):
         reasons = []
         a, b = node.input("A"), node.input("B")
         if len(node.shape(a)) < 2 or len(node.shape(b)) < 2:
             reasons.append("a vector operand")
-        elif node.is_const(b) and len(node.shape(b)) != 2:
-            reasons.append(f"constant right operand of rank {len(node.shape(b))} (batched weights)")
+        elif node.is_const(b) and len(node.shape(b)) != 2 and node.shape(b)[:-2] != node.shape(a)[:-2]:
+            reasons.append(f"batched constant right operand {list(node.shape(b))} whose batch dimensions differ "
+                           f"from the left operand's {list(node.shape(a))}")
         elif node.is_const(a):
             reasons.append("constant left operand")
         return reasons
@@ -94,10 +96,13 @@ class MatMulHandler(Handler):
         return node.input("B")
 
     def output_shift(self, node, weight_error, input_means):
+        if weight_error.ndim != 2:
+            return None  # batched weights: each batch reads its own rows; no bias row to correct
         return np.asarray(input_means["last"], np.float64) @ weight_error
 
     def channel_axis(self, node):
-        return (1, 1) if node.is_const(node.input("B")) else None
+        b = node.input("B")
+        return (1, 1) if node.is_const(b) and len(node.shape(b)) == 2 else None
 
     def float_weights(self, node):
         if not node.is_const(node.input("B")):
@@ -114,9 +119,34 @@ class MatMulHandler(Handler):
             b = to_plain(node, ctx, ctx.tensor(node.input("B")), lowered)
             return lowered.add(activation_matmul(node, ctx, a, b, y))
         wq = ctx.weight(node.name)
+        if wq.q.ndim > 2:
+            return lowered.add(batched_weight_matmul(node, ctx, a, y, wq))
         k = a.shape[-1]
         i = int(np.prod(a.shape[:-1]))
         return lowered.add(grouped_matmul(node, ctx, a, i, k, y, wq))
+
+
+def batched_weight_matmul(node: NodeView, ctx: LowerContext, a: Tensor, y: Tensor, wq) -> Lowered:
+    """A[batch..., M, K] x W[batch..., K, N] with constant int8 weights (one scale): one Gemmini matmul per
+    batch, reading and writing its batch of A and of the result in place (contiguous ranges of flat views)."""
+    lowered = Lowered()
+    m, k = a.shape[-2:]
+    n = wq.q.shape[-1]
+    if a.slice_of is not None:  # a strided slice of another buffer: a dense copy first
+        dense = ctx.temp(node.name, "a_dense", a.shape, a.scale)
+        lowered.tensors.append(dense)
+        lowered.steps.append(copy_range(node.name, a, dense, 0, 0, "batched matmul: dense copy of a sliced operand"))
+        a = dense
+    flat_a = ctx.temp(node.name, "a_flat", (1, int(np.prod(a.shape, dtype=np.int64))), a.scale, view_of=a.id)
+    flat_y = ctx.temp(node.name, "y_flat", (1, int(np.prod(y.shape, dtype=np.int64))), y.scale, view_of=y.id)
+    lowered.tensors += [flat_a, flat_y]
+    weights = wq.q.reshape(-1, k, n)
+    for i in range(len(weights)):
+        ai = ctx.channel_slice(node.name, f"a{i}", flat_a, i * m * k, m * k, a.scale)
+        ci = ctx.channel_slice(node.name, f"c{i}", flat_y, i * m * n, m * n, y.scale)
+        lowered.tensors += [ai, ci]
+        lowered.add(matmul(node, ctx, ai, m, k, ci, weights[i], None, a.scale, wq.scale, f"_b{i}"))
+    return lowered
 
 
 def batch_pairs(a_batch: tuple, b_batch: tuple) -> list[tuple[int, int]]:

@@ -40,8 +40,8 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         if value is None:
             continue
         if node.op_type == "MatMul":
-            if graph.const(node.inputs[1]) is None:
-                continue
+            if graph.const(node.inputs[1]) is None or graph.const(node.inputs[1]).ndim != 2:
+                continue  # an activation, or batched weights (one Gemmini call per batch, no bias row)
             vec = _channel_vector(value, graph.shapes[add.outputs[0]], -1)
             if vec is None or graph.shapes[add.outputs[0]] != graph.shapes[node.outputs[0]]:
                 continue
