@@ -23,7 +23,7 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
          tiling: str = "search", bias_correction: bool = True,
          weight_scales: str = "tensor", limits=None, example_inputs=None, workers: int | None = 1,
          ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,
-         save_outputs=None, sensitivity: bool = False) -> DiffResult:
+         save_outputs=None, sensitivity: bool = False, keep_float=None, adaround: bool = False) -> DiffResult:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).
 
     `model` is what `compile` takes, or an already `Compiled` model (then the compile options are not
@@ -37,6 +37,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     an earlier diff; without a tolerance the check is exact) or else against fp32; a value outside fails.
     `sensitivity`: also quantize one layer at a time (the rest fp32) and list the layers by the output SQNR
     they cost, most costly first, under "sensitivity" (sensitivity.py).
+    `keep_float`: as in `compile`, layers run in float on the CPU (pass the costliest of a sensitivity run).
+    `adaround`: as in `compile`, weights rounded by their layer's output error.
     """
     from . import limits as size_limits
     from . import torch_export
@@ -50,7 +52,7 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
             compiled = compile(model, calib=calib, config=config, input_shape=input_shape, num_calib=num_calib,
                                calib_method=calib_method, equalize=equalize, tiling=tiling,
                                bias_correction=bias_correction, weight_scales=weight_scales,
-                               example_inputs=example_inputs)
+                               example_inputs=example_inputs, keep_float=keep_float, adaround=adaround)
         inputs = compiled.graph.inputs
         data, calib = torch_export.as_data(data), torch_export.as_data(calib)
         if data is not None:
@@ -66,6 +68,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
         if save_outputs is not None:
             check_save_path(save_outputs, [*compiled.input_files(), data, calib, load_outputs])
         result = run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs)
+        if compiled.quant.float_layers:
+            result["kept_float"] = [n.name for n in compiled.graph.nodes if n.name in compiled.quant.float_layers]
         if sensitivity:
             from .sensitivity import sensitivity as rank_layers
             result["sensitivity"] = rank_layers(compiled, dataset.head(num_samples))

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from . import limits
+from .calibrate import METHODS
 from .compiler import DEFAULT_WEIGHT_SCALES, WEIGHT_SCALES
 from .emit.names import ascii_text
 from .errors import CheckFailed, O2GError
@@ -35,8 +36,9 @@ def _common(f):
         click.option("--calib", type=click.Path(path_type=Path), help="Calibration data (.npz, .npy or a "
                      "test_data_set_* directory); without it: deterministic random data and a warning."),
         click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples."),
-        click.option("--calib-method", type=click.Choice(["minmax", "percentile", "mse"]), default="mse",
-                     show_default=True, help="Range estimator."),
+        click.option("--calib-method", type=click.Choice(list(METHODS)), default="mse",
+                     show_default=True, help="Range estimator (output: of mse, percentile and minmax, the "
+                     "one that disturbs each tensor's consumers least)."),
         click.option("--config", "config", default="default", show_default=True,
                      help="Gemmini configuration: a preset name or a JSON file."),
         click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",
@@ -50,6 +52,11 @@ def _common(f):
         click.option("--weight-scales", type=click.Choice(WEIGHT_SCALES), default=DEFAULT_WEIGHT_SCALES,
                      show_default=True, help="tensor: one weight scale per layer; groups: one per DIM output "
                      "channels; channel: one per output channel (each group is its own Gemmini call)."),
+        click.option("--adaround", is_flag=True, help="Round each conv/matmul weight up or down to minimise the "
+                     "layer's output error on the calibration data (AdaRound) instead of to nearest; slower."),
+        click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER[,LAYER...]",
+                     help="Run these Conv/ConvTranspose/Gemm/MatMul layers (node names, as `diff --sensitivity` "
+                     "lists them) in float on the CPU with float32 weights: more accurate, slower (repeatable)."),
         click.option("--limit", "limit", multiple=True, metavar="NAME=VALUE",
                      help="Raise or lower a size limit (repeatable; VALUE like 4096, 512M, 2G or none). "
                      + limits.describe() + "."),
@@ -101,7 +108,7 @@ def cli():
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
 def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-                weight_scales, limit,
+                weight_scales, adaround, keep_float, limit,
                 as_json, verbose, quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
@@ -118,7 +125,8 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
             compiled = compile_model(model, calib=calib, config=config, input_shape=input_shape,
                                      num_calib=num_calib, calib_method=calib_method, command=_command_line(),
                                      tiling=tiling, equalize=equalize, bias_correction=bias_correction,
-                                     weight_scales=weight_scales, progress=progress)
+                                     weight_scales=weight_scales, progress=progress, keep_float=keep_float,
+                                     adaround=adaround)
         progress("write", 0, 1)
         compiled.write(out, emit_set, force)
         progress("write", 1, 1)
@@ -137,9 +145,17 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
         cpu = [r for r in report["layers"] if r["target"] == "cpu"]
         click.echo(f"wrote {out}/ ({len(report['layers'])} steps, {share:.1%} of {totals['macs']:,} MACs on "
                    f"Gemmini, {len(cpu)} CPU steps) in {report['timing']['total_s']:.2f} s")
+        if report["kept_float"]["layers"]:
+            click.echo(ascii_text(format_kept_float(report["kept_float"])))
         for line in report["cpu_steps"]:
             if verbose:
                 click.echo(ascii_text(line))
+
+
+def format_kept_float(kept: dict) -> str:
+    """One line: the layers run in float on the CPU (--keep-float) and what they cost."""
+    return (f"kept float on the CPU: {', '.join(r['name'] for r in kept['layers'])} ({kept['macs']:,} MACs, "
+            f"an estimated {kept['est_cycles']:,} CPU cycles, {kept['weight_bytes']:,} B of float32 weights)")
 
 
 def _input_files(model: Path, calib, config: str, out: Path, force: bool) -> list:
@@ -231,7 +247,7 @@ class _PhaseProgress(_Progress):
               help="Also quantize one layer at a time (the rest fp32) and rank layers by the output SQNR they cost.")
 @_parallel
 def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-             weight_scales, limit, as_json,
+             weight_scales, adaround, keep_float, limit, as_json,
              verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, sensitivity, workers,
              ray_address):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
@@ -243,7 +259,8 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
                      calib_method=calib_method, num_samples=num_samples, equalize=equalize, tiling=tiling,
                      bias_correction=bias_correction, weight_scales=weight_scales, limits=limit,
                      workers=workers, ray=ray_address, progress=progress, atol=atol or None, rtol=rtol or None,
-                     load_outputs=load_outputs, save_outputs=save_outputs, sensitivity=sensitivity)
+                     load_outputs=load_outputs, save_outputs=save_outputs, sensitivity=sensitivity,
+                     keep_float=keep_float, adaround=adaround)
     if as_json:
         _emit_json(result)
     elif not quiet:
@@ -347,6 +364,8 @@ def format_diff(result: dict) -> str:
             lines.append(f"  {ascii_text(r['name'])[-48:]:48} {ascii_text(r['op'])[:18]:18} "
                          f"SQNR {_fmt(r['sqnr_db']):>8} dB  cost {r['sqnr_db_cost']:6.3f} dB  "
                          f"noise share {r['noise_share']:7.1%}")
+    if result.get("kept_float"):
+        lines.append(f"kept float on the CPU (--keep-float): {ascii_text(', '.join(result['kept_float']))}")
     v = result["verdict"]
     first = v.get("first_divergent_layer")
     if first is not None:
@@ -359,7 +378,7 @@ def format_diff(result: dict) -> str:
 @cli.command("inspect")
 @_common
 def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-                weight_scales, limit,
+                weight_scales, adaround, keep_float, limit,
                 as_json, verbose, quiet, debug):
     """Plan MODEL and print the per-layer table and totals; writes no code.
 
@@ -375,7 +394,7 @@ def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
         compiled = compile_model(model, calib=calib, config=name, input_shape=input_shape, num_calib=num_calib,
                                  calib_method=calib_method, command=_command_line(), tiling=tiling,
                                  equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales,
-                                 limits=limit)
+                                 limits=limit, keep_float=keep_float, adaround=adaround)
         reports.append(build_report(compiled, compiled.timing))
         plans.append(compiled.plan.to_dict())
     if as_json:
@@ -401,6 +420,8 @@ def format_layers(report: dict) -> str:
                      f"{tiles[-22:]:>22} {_n(r['dram_bytes']):>11} {_n(r['baseline_dram_bytes']):>11} "
                      f"{_n(r['est_cycles']):>10} {_p(r['utilization']):>6}")
     lines += [ascii_text(line) for line in report["cpu_steps"]]
+    if report["kept_float"]["layers"]:
+        lines.append(ascii_text(format_kept_float(report["kept_float"])))
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ import onnx
 
 from . import limits as limits_mod
 from . import torch_export
+from .adaround import Rounder
 from .calibrate import METHODS, statistics
 from .config import PRESETS, GemminiConfig, load_config
 from .data import Dataset, load_data, random_data
@@ -26,6 +27,7 @@ from .load import LoadedModel, load, parse_input_shapes
 from .passes import run_passes
 from .plan import Plan
 from .planner import build_plan, preflight
+from .ops import keep_float as keep_float_mod
 from .ops.registry import handlers_for
 from .quality import STATS_SAMPLES
 from .quantize import QuantTable, build_table, propagate_fixed_scales
@@ -131,7 +133,8 @@ DEFAULT_WEIGHT_SCALES = "tensor"
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
             calib_method: str = "mse", command: str = "", equalize: bool = True,
             tiling: str = "search", bias_correction: bool = True,
-            weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, progress=None) -> Compiled:
+            weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, progress=None,
+            keep_float=None, adaround: bool = False) -> Compiled:
     """Compile a model for Gemmini (see CONTRACTS.md for the options): an ONNX file, an onnx.ModelProto, or
     a torch.nn.Module with `example_inputs` (one sample as a tensor or tuple of tensors; exported by
     torch.onnx.export, inputs named after forward's parameters, see torch_export.py).
@@ -150,8 +153,14 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     `limits`: overrides of the size limits ({name: value} or NAME=VALUE strings; see limits.py).
     `progress(phase, done, total)`: called as each phase (load, calibrate, quantize, plan, tiling) starts
     and ends, and per calibration sample.
+    `keep_float`: node names (a list, or a comma-separated string) of Conv, ConvTranspose, Gemm and MatMul
+    layers to run in float on the CPU with float32 weights instead of on Gemmini (ops/keep_float.py): more
+    accurate, slower; `diff(..., sensitivity=True)` ranks the candidates.
+    `adaround`: round the weights of convs (one group), Gemms and MatMuls by a constant to minimise their
+    output error on the calibration data (adaround.py) instead of to the nearest integer; slower to compile.
     """
     _check_options(num_calib, calib_method, tiling, weight_scales)
+    kept = keep_float_mod.layer_names(keep_float)
     calib = torch_export.as_data(calib)
     if torch_export.is_torch_module(model):
         model = torch_export.export(model, example_inputs)
@@ -160,7 +169,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
                          "(fix dynamic ones with input_shape=)")
     with limits_mod.applied(limits):
         compiled = _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling,
-                            bias_correction, weight_scales, progress)
+                            bias_correction, weight_scales, progress, kept, adaround)
     compiled.command = command
     compiled.sources = tuple(str(p) for p in (calib, config) if _is_path(p))
     return compiled
@@ -204,11 +213,13 @@ class _Phases:
 
 
 def _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling, bias_correction,
-             weight_scales, progress=None) -> Compiled:
+             weight_scales, progress=None, keep_float: tuple[str, ...] = (), adaround: bool = False) -> Compiled:
     timing: dict[str, float] = {}
     phase = _Phases(timing, progress)
     with phase("load"):
         loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
+        kept = keep_float_mod.check_layers(graph, keep_float, lambda: _original_ops(loaded)) if keep_float \
+            else frozenset()
     warnings = []
     with phase("calibrate"):
         if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
@@ -230,7 +241,9 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     with phase("quantize"):
         quant = build_table(graph, handlers_for(graph), amax, calib_method if data is not None else "from the model",
                             data.num_samples if data is not None else 0, means,
-                            {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales])
+                            {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales], kept,
+                            Rounder.from_data(graph, build_float(graph), data) if adaround and data is not None
+                            else None)
     with phase("plan"):
         name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
         plan = build_plan(graph, quant, cfg, name, loaded.sha256)
@@ -244,6 +257,11 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     if head is not None:  # a copy: a slice would keep the whole calibration set alive
         head = Dataset({k: v.copy() for k, v in head.inputs.items()}, None, head.source)
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head)
+
+
+def _original_ops(loaded: LoadedModel) -> dict[str, str]:
+    """Node name -> op type before the rewrite passes (names as the compiler's graph gives them)."""
+    return {n.name: n.op_type for n in from_onnx(loaded.model).nodes}
 
 
 def graph_activations(graph: Graph) -> list[str]:

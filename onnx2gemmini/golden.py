@@ -47,8 +47,9 @@ class _Builder:
         return name
 
     def weights(self, node: Node, index: int, role: str) -> str:
-        """A conv/gemm weight or bias input: DQ of the int values, or the float initializer (float mode)."""
-        if self.quant is None:
+        """A conv/gemm weight or bias input: DQ of the int values, or the float initializer (float mode, and
+        a layer kept float by --keep-float)."""
+        if self.quant is None or node.name in self.quant.float_layers:
             return self.operand(node.inputs[index]) if index < len(node.inputs) else ""
         return self.dq_weights(node.name, self.quant.weights[node.name], role)
 
@@ -94,6 +95,15 @@ class _Builder:
             self.original[f"{tensor}__fq"] = tensor
         return self.fake_quantized[tensor]
 
+    def float_layer_input(self, node: Node, tensor: str) -> str:
+        """A layer kept float (--keep-float) reads its int8 input through Max(x, x), the same values: onnxruntime
+        (1.20+, WeightBiasQuantization) would otherwise quantize the float weights of a DQ -> Conv/Gemm -> Q
+        group itself and run QLinearConv. Any other layer reads `tensor` as it is."""
+        if self.quant is None or node.name not in self.quant.float_layers:
+            return tensor
+        self.node("Max", [tensor, tensor], [f"{node.outputs[0]}__float_in"], name=f"{node.name}__keep_float")
+        return f"{node.outputs[0]}__float_in"
+
     def activation_chain(self, node: Node, raw: str) -> None:
         """raw -> Q/DQ -> [Relu|Clip -> Q/DQ] -> [MaxPool -> Q/DQ], ending at node's output name."""
         out = node.outputs[0]
@@ -130,7 +140,7 @@ class _Builder:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
         raw = f"{out}__raw"
         if op in ("Conv", "ConvTranspose"):
-            conv_in = [ins[0], self.weights(node, 1, "W")]
+            conv_in = [self.float_layer_input(node, ins[0]), self.weights(node, 1, "W")]
             bias = self.weights(node, 2, "B")
             conv_in += [bias] if bias else []
             keep = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -139,9 +149,11 @@ class _Builder:
             attrs = {k: v for k, v in node.attrs.items() if k in keep and not (k == "output_shape" and not v)}
             self.node(op, conv_in, [raw], name=node.name, **attrs)
             self.activation_chain(node, raw)
-        elif op in ("Gemm", "MatMul") and self.quant is None:
+        elif op in ("Gemm", "MatMul") and (self.quant is None or node.name in self.quant.float_layers):
+            # float weights: the float model, or (--keep-float) a float layer between the int8 input's DQ
+            # and its output's Q
             attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "beta", "transA", "transB")}
-            inputs = [self.operand(i) for i in ins]
+            inputs = [self.float_layer_input(node, ins[0])] + [self.operand(i) for i in ins[1:]]
             if node.fused.bias:
                 self.node(op, inputs, [f"{raw}__nobias"], name=node.name, **attrs)
                 self.node("Add", [f"{raw}__nobias", self.operand(node.fused.bias)], [raw], name=f"{node.name}__bias")
@@ -150,6 +162,10 @@ class _Builder:
             self.activation_chain(node, raw)
         elif op == "MatMul" and node.name not in self.quant.weights:  # two activations
             self.node("MatMul", list(ins), [raw], name=node.name)
+            self.activation_chain(node, raw)
+        elif op == "MatMul" and self.quant.weights[node.name].q.ndim > 2:  # batched weights, no bias
+            self.node("MatMul", [ins[0], self.dq_weights(node.name, self.quant.weights[node.name], "W")], [raw],
+                      name=node.name)
             self.activation_chain(node, raw)
         elif op in ("Gemm", "MatMul"):
             wq = self.quant.weights[node.name]
@@ -193,7 +209,7 @@ class _Builder:
             self.node(gate, [ins[0]], [f"{out}__gate"], name=f"{node.name}__{gate}", **dict(attrs))
             self.node("Mul", [ins[0], f"{out}__gate"], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
-        elif op == "Split":  # several outputs, each quantized on its own
+        elif op in ("Split", "LSTM", "GRU"):  # several outputs, each quantized on its own
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [self.operand(i) for i in ins], [f"{o}__preq" if o else "" for o in node.outputs],
                       name=node.name, **attrs)

@@ -58,13 +58,16 @@ class QuantTable:
     method: str = "minmax"
     num_samples: int = 0
     weight_group: int = 0                    # output channels per weight scale (0: per tensor)
+    float_layers: frozenset = frozenset()    # nodes kept float (--keep-float): float32 weights, no entry above
+    adarounded: tuple = ()                   # nodes whose weights AdaRound rounded (--adaround)
 
     def weight_scheme(self) -> str:
         """How the weight scales were chosen, for the report."""
         grouped = sum(wq.channel_scale is not None for wq in self.weights.values())
         chosen = ("one per tensor" if self.weight_group == 0 else "one per output channel"
                   if self.weight_group == 1 else f"one per {self.weight_group} output channels")
-        return f"{chosen}; {grouped} of {len(self.weights)} weighted layers use more than one scale"
+        rounding = f"; {len(self.adarounded)} rounded by AdaRound" if self.adarounded else ""
+        return f"{chosen}; {grouped} of {len(self.weights)} weighted layers use more than one scale{rounding}"
 
 
 def group_scales(w: np.ndarray, axis: int, size: int) -> np.ndarray:
@@ -176,14 +179,18 @@ def fixed_weight_scale(graph: Graph, handler, view: NodeView):
 
 
 def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, float], method: str,
-                num_samples: int, means: dict | None = None, weight_group: int = 0) -> QuantTable:
+                num_samples: int, means: dict | None = None, weight_group: int = 0,
+                keep_float: frozenset = frozenset(), rounder=None) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order.
 
     With `means` (per-channel input means from calibration) biases are corrected for the mean error
     of the int8 weights, except where a pre-quantized model fixes the weights. `weight_group` > 0 gives
     every run of that many output channels its own weight scale, where the handler can split its output
     channels into separate Gemmini calls (`Handler.channel_axis`). `handlers`: each node's handler by
-    node name (ops.registry.handlers_for), for its scale rule and its weights.
+    node name (ops.registry.handlers_for), for its scale rule and its weights. `keep_float`: node names whose
+    weights stay float32 (--keep-float, ops/keep_float.py): they get an output scale but no weight entry.
+    `rounder` (adaround.Rounder, --adaround): rounds the weights of the layers it handles, at the scales
+    chosen here, to minimise their output error instead of to the nearest integer.
     """
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
     fixed = propagate_fixed_scales(graph, order, handlers)
@@ -211,7 +218,7 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
                 scales[out] = scales[activations[0]]
             else:
                 scales[out] = calibrated(out)
-        float_w = handler.float_weights(NodeView(node, graph))
+        float_w = handler.float_weights(NodeView(node, graph)) if node.name not in keep_float else None
         if float_w is not None:
             w, b = float_w
             view = NodeView(node, graph)
@@ -220,9 +227,14 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
             axis = axes[1] if axes else None
             s_in = scales[activations[0]]
             wq = quantize_weights(w, b, s_in, fixed_w, axis, weight_group)
+            rounded = rounder(node.name, w, wq) if rounder is not None and fixed_w is None else None
+            if rounded is not None:
+                wq = dataclasses.replace(wq, q=rounded)
             if means and fixed_w is None and activations[0] in means:
                 b = corrected_bias(w, b, wq, lambda e: handler.output_shift(view, e, means[activations[0]]))
                 same = wq.channel_scale if wq.channel_scale is not None else wq.scale
-                wq = quantize_weights(w, b, s_in, same, axis)
+                wq = quantize_weights(w, b, s_in, same, axis) if rounded is None else \
+                    dataclasses.replace(wq, bias=None if b is None else quantize_bias(b, wq.bias_scales()))
             weights[node.name] = wq
-    return QuantTable(scales, weights, dict(amax), method, num_samples, weight_group)
+    return QuantTable(scales, weights, dict(amax), method, num_samples, weight_group, frozenset(keep_float),
+                      tuple(rounder.rounded) if rounder is not None else ())

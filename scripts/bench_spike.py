@@ -49,6 +49,7 @@ RUNTIME = ROOT / "onnx2gemmini" / "runtime"
 sys.path.insert(0, str(ROOT))
 
 from onnx2gemmini import cpu, kernels, numerics  # noqa: E402  (the NumPy reference kernels; the table's)
+from onnx2gemmini.ops.resize import cubic_tables  # noqa: E402  (the compiler's own cubic taps)
 
 GUARD = 0x5A       # output bytes around (and, for concat_part, inside) the written region
 OUT_SLACK = 64     # guard bytes checked on each side of an output
@@ -261,6 +262,30 @@ def resize_case(rng, in_shape, out_shape, axes, in_scale=0.03, out_scale=0.031) 
                 {"elem": ref.size})
 
 
+def cubic_resize_case(rng, in_shape, out_shape, axes, onnx_shape=None, mode="half_pixel", a=-0.75,
+                      exclude_outside=False, in_scale=0.03, out_scale=0.031) -> Case:
+    """Cubic resize of `in_shape` along storage `axes` (height, width), with the compiler's own tables
+    for the ONNX shapes (`onnx_shape`, default the storage shape, NCHW)."""
+    x = i8(rng, in_shape)
+    perm = (0, 2, 3, 1) if onnx_shape is not None else tuple(range(len(in_shape)))
+    onnx_in = onnx_shape or in_shape
+    onnx_out = [0] * len(perm)
+    for s, d in enumerate(perm):
+        onnx_out[d] = out_shape[s]
+    scales = np.float32(onnx_out) / np.float32(onnx_in)
+    t = cubic_tables(onnx_in, onnx_out, scales, mode, a, exclude_outside)
+    pos, weight, divisor = np.int64(t["pos"]), np.float32(t["weight"]), np.float32(t["divisor"])
+    ref = numerics.quantize(kernels.cubic_interpolate(numerics.dequantize(x, in_scale), axes, pos, weight,
+                                                      divisor, out_shape), out_scale)
+    r = len(in_shape)
+    return Case(f"resize_cubic {'x'.join(map(str, in_shape))}->{'x'.join(map(str, out_shape))} axes "
+                f"{''.join(map(str, axes))} {mode}{' exclude_outside' if exclude_outside else ''}", "resize_cubic",
+                f"o2g_resize_cubic({{in0}}, {{out}}, {r}, (const int[]){{{ints(in_shape)}}}, "
+                f"(const int[]){{{ints(out_shape)}}}, (const int[]){{{ints(axes)}}}, {{in1}}, {{in2}}, {{in3}}, "
+                f"{c_float(in_scale)}, {c_float(out_scale)});", [x, pos, weight, divisor], ref,
+                {"elem": ref.size, "MAC": 16 * ref.size})
+
+
 BINARY_FNS = {"add": "O2G_ADD", "sub": "O2G_SUB", "mul": "O2G_MUL", "div": "O2G_DIV", "max": "O2G_MAX",
               "min": "O2G_MIN", "prelu": "O2G_PRELU"}
 
@@ -357,6 +382,62 @@ def reduce_case(rng, outer, axis_len, inner, kind, in_scale=0.03, out_scale=None
                 f"{c_float(out_scale)});", [x], ref, {"elem": x.size})
 
 
+def recurrent_case(rng, cell, seq, batch, hidden, directions=1, reverse=False, linear_before_reset=False,
+                   p_scale=0.05, y_scale=1 / 127, state_scale=0.02) -> Case:
+    """The table's own NumPy semantics (cpu.Recurrent.run) as the reference; Y, Y_h (and Y_c) written one
+    after the other into the output region."""
+    gates = cpu.recurrent.GATES[cell]
+    p = i8(rng, (seq, batch, directions * gates * hidden))
+    r = (rng.standard_normal((directions, gates * hidden, hidden)) * 0.3).astype(np.float32)
+    bias = (rng.standard_normal((directions, gates * hidden)) * 0.2).astype(np.float32)
+    peephole = (rng.standard_normal((directions, 3 * hidden)) * 0.2).astype(np.float32)
+    h0, c0 = ((rng.standard_normal((directions, batch, hidden)) * 0.5).astype(np.float32) for _ in range(2))
+    lstm = cell == "lstm"
+    params = cpu.Recurrent(cell, directions, reverse, linear_before_reset, p_scale, y_scale, state_scale,
+                           state_scale if lstm else 0.0)
+    inputs = [p, r, bias] + ([peephole, h0, c0] if lstm else [h0])
+    shapes = [(seq, directions, batch, hidden)] + [(directions, batch, hidden)] * (3 if lstm else 2)
+    outs = params.run(inputs, shapes[:3 if lstm else 2])
+    n_y, n_h = outs[0].size, outs[1].size
+    ins = ", ".join(f"{{in{k}}}" for k in range(len(inputs)))
+    ptrs = f"{{out}}, {{out}} + {n_y}" + (f", {{out}} + {n_y + n_h}" if lstm else "")
+    shape = f"{seq}, {batch}, {hidden}, {directions}, {int(reverse)}"
+    tail = f"{c_float(p_scale)}, {c_float(y_scale)}, {c_float(state_scale)}" + (f", {c_float(state_scale)}" if lstm else "")
+    extra = "" if lstm else f"{int(linear_before_reset)}, "
+    name = f"{cell} {seq}x{batch}x{hidden} dirs={directions}{' reverse' if reverse else ''}" + \
+        (" linear_before_reset" if linear_before_reset else "")
+    return Case(name, cell, f"o2g_{cell}({ins}, {ptrs}, {shape}, {extra}{tail});", inputs,
+                np.concatenate([o.reshape(-1) for o in outs]),
+                {"elem": n_y, "MAC": seq * batch * directions * gates * hidden * hidden}, tol=1)
+
+
+def float_conv_case(rng, n, h, w, c, oc, k, s, p, groups=1, d=(1, 1), bias=True, relu=False, in_scale=0.02,
+                    out_scale=None, off=0, oo=0) -> Case:
+    """A layer kept float (--keep-float): the table's own NumPy semantics (cpu.FloatConv.run) as the reference;
+    weights N(0, 1/sqrt(K)), so the outputs span the int8 range at out_scale (a little saturates)."""
+    kernel, strides, pads = (k, k) if isinstance(k, int) else k, (s, s), (p, p, p, p) if isinstance(p, int) else p
+    out = (out_dims(h, kernel[0], s, pads[0], pads[2], d[0]), out_dims(w, kernel[1], s, pads[1], pads[3], d[1]))
+    depth = kernel[0] * kernel[1] * (c // groups)
+    x = i8(rng, (n, h, w, c))
+    wt = (rng.standard_normal((kernel[0], kernel[1], c // groups, oc)) / np.sqrt(depth)).astype(np.float32)
+    b = (rng.standard_normal(oc) * 0.1).astype(np.float32)
+    out_scale = out_scale or in_scale * 40 / 127
+    params = cpu.FloatConv(cpu.Window(kernel, strides, pads, d, out), groups, in_scale, out_scale, relu)
+    [ref] = params.run([x, wt] + ([b] if bias else []), [(n, out[0], out[1], oc)])
+    inside = (taps_inside(h, kernel[0], s, pads[0], d[0], out[0]) * taps_inside(w, kernel[1], s, pads[1], d[1], out[1]))
+    return Case(f"float_conv {h}x{w}x{c}->{oc} k{kernel[0]}x{kernel[1]} s{s}" + (f" g{groups}" if groups > 1 else "")
+                + (f" d{d[0]}" if d != (1, 1) else ""), "float_conv",
+                f"o2g_float_conv({{in0}}, {{in1}}, {'{in2}' if bias else 'NULL'}, {{out}}, {n}, {h}, {w}, {c}, "
+                f"{window_c(kernel, strides, pads, d, out)}, {groups}, {oc}, {c_float(in_scale)}, "
+                f"{c_float(out_scale)}, {int(relu)});", [x, wt, b], ref,
+                {"elem": ref.size, "MAC": n * inside * (c // groups) * oc, "pixel": n * out[0] * out[1]}, (off, 0, 0), oo)
+
+
+def taps_inside(size, kernel, stride, pad, dilation, out) -> int:
+    """Window taps of one axis, over its `out` positions, inside the input (o2g_float_conv skips the rest)."""
+    return sum(1 for o in range(out) for t in range(kernel) if 0 <= o * stride + t * dilation - pad < size)
+
+
 def bench_cases(seed: int = 0) -> list[Case]:
     """A few representative sizes per kernel (shapes of the models the project compiles)."""
     r = np.random.default_rng(seed)
@@ -382,6 +463,8 @@ def bench_cases(seed: int = 0) -> list[Case]:
         concat_case(r, 784, 32, 1, 96, 32, 0.02, 0.02), concat_case(r, 784, 32, 1, 96, 32, 0.02, 0.03),
         concat_case(r, 1, 64, 784, 128, 64, 0.02, 0.02),
         resize_case(r, (1, 14, 14, 64), (1, 28, 28, 64), (1, 2)), resize_case(r, (1, 8, 16, 16), (1, 8, 32, 32), (2, 3)),
+        cubic_resize_case(r, (1, 14, 14, 64), (1, 28, 28, 64), (1, 2), onnx_shape=(1, 64, 14, 14)),
+        cubic_resize_case(r, (1, 8, 16, 16), (1, 8, 32, 32), (2, 3)),
         lut_case(r, 65536), lut_case(r, 1000),
         binary_case(r, "add", (1, 28, 28, 64), (1, 28, 28, 64)),
         binary_case(r, "mul", (1, 28, 28, 64), (1, 1, 1, 64), what="(SE scale)"),
@@ -396,6 +479,9 @@ def bench_cases(seed: int = 0) -> list[Case]:
         lrn_case(r, 784, 64, 1), lrn_case(r, 1, 64, 196),
         layernorm_case(r, 128, 256), layernorm_case(r, 16, 768),
         reduce_case(r, 1, 196, 64, "mean"), reduce_case(r, 64, 196, 1, "mean"), reduce_case(r, 128, 256, 1, "max"),
+        recurrent_case(r, "lstm", 24, 1, 128, 2), recurrent_case(r, "gru", 24, 1, 128, 2),
+        float_conv_case(r, 1, 28, 28, 32, 32, 3, 1, 1), float_conv_case(r, 1, 14, 14, 64, 64, 3, 1, 1, groups=64),
+        float_conv_case(r, 1, 1, 1, 512, 10, 1, 1, 0),  # a classifier kept float: a 512 x 10 matmul
     ]
 
 
@@ -608,6 +694,43 @@ INSTALL_HINT = ("apt-get install gcc-riscv64-unknown-elf picolibc-riscv64-unknow
                 "pip install spike==0.0.5.dev20")
 
 
+# (n, h, w, c, oc, k, s, p, groups): dense convs (3x3, 1x1, 5x5 strided), depthwise convs, matmuls of I rows
+FLOAT_CONV_FIT = [(1, 28, 28, 16, 16, 3, 1, 1, 1), (1, 14, 14, 64, 64, 3, 1, 1, 1), (1, 7, 7, 128, 128, 3, 1, 1, 1),
+                  (1, 14, 14, 32, 96, 1, 1, 0, 1), (1, 28, 28, 3, 16, 5, 2, 2, 1), (1, 8, 8, 256, 32, 3, 2, 1, 1),
+                  (1, 28, 28, 32, 32, 3, 1, 1, 32), (1, 14, 14, 128, 128, 3, 2, 1, 128),
+                  (1, 7, 7, 256, 256, 5, 1, 2, 256),
+                  (1, 1, 1, 512, 10, 1, 1, 0, 1), (1, 1, 16, 256, 256, 1, 1, 0, 1), (1, 1, 49, 64, 1000, 1, 1, 0, 1),
+                  (1, 1, 1, 2048, 100, 1, 1, 0, 1)]
+
+
+def float_conv_counts(work: Path, spike: str, cross: str, geometries=FLOAT_CONV_FIT) -> list[tuple[Case, int]]:
+    """Each geometry's o2g_float_conv call on Spike (outputs checked against cpu.FloatConv.run): its case and
+    the instructions it retired."""
+    r = np.random.default_rng(0)
+    cases = [float_conv_case(r, *g[:8], groups=g[8]) for g in geometries]
+    results = measure(cases, work, spike, cross)
+    bad = [res.case.name for res in results if not res.ok]
+    if bad:
+        raise SystemExit(f"wrong outputs: {', '.join(bad)}")
+    return [(res.case, res.instret) for res in results]
+
+
+def fit_float_conv(work: Path, spike: str, cross: str) -> None:
+    """o2g_float_conv on Spike over FLOAT_CONV_FIT: instructions = a * MACs inside the input (a_dw for one input
+    channel per group: depthwise) + b * outputs + c * output pixels, by relative least squares (each geometry
+    counts alike); prints the constants for onnx2gemmini/cpu/float_layers.py and each geometry's error."""
+    counted = float_conv_counts(work, spike, cross)
+    depthwise = [g[3] // g[8] == 1 for g in FLOAT_CONV_FIT]
+    terms = np.array([[0 if dw else case.units["MAC"], case.units["MAC"] if dw else 0, case.units["elem"],
+                       case.units["pixel"]] for (case, _), dw in zip(counted, depthwise)], np.float64)
+    counts = np.array([n for _, n in counted], np.float64)
+    coef, *_ = np.linalg.lstsq(terms / counts[:, None], np.ones(len(counts)), rcond=None)
+    print(f"INSTRUCTIONS_PER_MAC = {coef[0]:.2f}\nINSTRUCTIONS_PER_DEPTHWISE_MAC = {coef[1]:.2f}\n"
+          f"INSTRUCTIONS_PER_OUTPUT = {coef[2]:.2f}\nINSTRUCTIONS_PER_PIXEL = {coef[3]:.2f}")
+    for (case, _), t, n in zip(counted, terms, counts):
+        print(f"  {case.name:44} {int(n):>12,} instructions, fit {(t @ coef) / n - 1:+.1%}")
+
+
 # --- report ----------------------------------------------------------------------------------------------
 
 def print_table(results: list[Result], baseline: list[Result] | None = None) -> None:
@@ -746,6 +869,8 @@ def main() -> None:
                         help="with --model: build with the runtime copy in OUT/c instead of this checkout's")
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--dw", action="store_true", help="run scripts/measure_cpu_kernels.py's depthwise fit")
+    parser.add_argument("--float-conv", action="store_true",
+                        help="fit o2g_float_conv's instructions (a layer kept float): cpu/float_layers.py's constants")
     args = parser.parse_args()
 
     missing = missing_tools(args.cross, args.spike)
@@ -758,6 +883,14 @@ def main() -> None:
                                          if args.baseline_rev else None)
             run_model(args.model, args.spike, args.spike_flags.split(), args.target, args.make_var, args.timeout,
                       work, args.as_emitted, baseline)
+        finally:
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+        return
+    if args.float_conv:
+        work = args.keep or Path(tempfile.mkdtemp(prefix="o2g-bench-float-conv-"))
+        try:
+            fit_float_conv(work, args.spike, args.cross)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)

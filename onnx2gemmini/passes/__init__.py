@@ -9,15 +9,20 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_maxpool, qdq_import
+from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_maxpool,
+               einsum_weights, qdq_import, recurrent_projection, scatter_block)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
 # Order matters: per-channel Mul/Add merge into the BN, BN folds into the conv, then the bias add and the
-# activation attach to it; a 1-D conv becomes 2-D last, its fusions kept.
+# activation attach to it; a 1-D conv becomes 2-D last, its fusions kept. An LSTM/GRU's input projection
+# becomes a MatMul (with its bias) before anything else looks at MatMuls.
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("qdq_import", qdq_import.run),
     ("drop_empty", drop_empty.run),
+    ("scatter_block", scatter_block.run),
+    ("einsum_weights", einsum_weights.run),
+    ("recurrent_projection", recurrent_projection.run),
     ("bn_affine", bn_affine.run),
     ("bn_fold", bn_fold.run),
     ("bias_add", bias_add.run),

@@ -1520,6 +1520,93 @@ void o2g_resize_linear(const int8_t *x, int8_t *y, int rank, const int *in_shape
     }
 }
 
+/* ---- cubic resize -------------------------------------------------------------------------------- */
+
+/* One output value from the 4 x 4 taps x[rows[i] + cols[j]], in onnxruntime's order: each row summed
+ * along the width first, then the rows, each product divided by the height divisor (skipped when it
+ * is 1: x / 1 == x). */
+O2G_INLINE float o2g_cubic_value(const int8_t *x, const size_t rows[4], const size_t cols[4],
+                                 const float *w_height, float divisor, const float *w_width, float in_scale)
+{
+    float sum = 0.0f;
+    int i, j;
+    for (i = 0; i < 4; i++) {
+        float row = 0.0f, t;
+        for (j = 0; j < 4; j++) {
+            t = w_width[j] * o2g_deq(x[rows[i] + cols[j]], in_scale);
+            O2G_KEEP(t);
+            row = row + t;
+            O2G_KEEP(row);
+        }
+        t = row * w_height[i];
+        O2G_KEEP(t);
+        if (divisor != 1.0f)
+            t = o2g_fdiv(t, divisor);
+        sum = sum + t;
+        O2G_KEEP(sum);
+    }
+    return sum;
+}
+
+void o2g_resize_cubic(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
+                      const int *axes, const int64_t *pos, const float *weight, const float *divisor,
+                      float in_scale, float out_scale)
+{
+    size_t in_stride[O2G_MAX_RANK], rows[4], cols[4], count = 1, stride = 1, run, k;
+    int at[O2G_MAX_RANK];
+    const int ah = axes[0], aw = axes[1];
+    const int64_t *pos_w;
+    const float *weight_w;
+    int d, i;
+    if (rank < 2 || rank > O2G_MAX_RANK || ah < 0 || ah >= aw || aw >= rank)
+        return;
+    for (d = rank - 1; d >= 0; d--) {
+        in_stride[d] = stride;
+        stride *= (size_t)in_shape[d];
+        count *= (size_t)out_shape[d];
+        at[d] = 0;
+    }
+    if (count == 0)
+        return;
+    pos_w = pos + 4 * (size_t)out_shape[ah]; /* the width axis' table follows the height axis' */
+    weight_w = weight + 4 * (size_t)out_shape[ah];
+    run = (size_t)out_shape[rank - 1];
+    /* The innermost axis is walked in the inner loop: when it is the width axis (NCHW, 2-D) each output
+     * position has its own width taps; otherwise (NHWC) all 16 taps are fixed along the run. */
+    for (;;) {
+        size_t base = 0;
+        const size_t th = 4 * (size_t)at[ah];
+        for (d = 0; d < rank - 1; d++)
+            if (d != ah && d != aw)
+                base += (size_t)at[d] * in_stride[d];
+        for (i = 0; i < 4; i++)
+            rows[i] = base + (size_t)pos[th + i] * in_stride[ah];
+        if (aw == rank - 1) {
+            for (k = 0; k < run; k++) {
+                for (i = 0; i < 4; i++)
+                    cols[i] = (size_t)pos_w[4 * k + i];
+                y[k] = o2g_q(o2g_cubic_value(x, rows, cols, weight + th, divisor[at[ah]], weight_w + 4 * k,
+                                             in_scale), out_scale);
+            }
+        } else {
+            const size_t tw = 4 * (size_t)at[aw];
+            for (i = 0; i < 4; i++)
+                cols[i] = (size_t)pos_w[tw + i] * in_stride[aw];
+            for (k = 0; k < run; k++)
+                y[k] = o2g_q(o2g_cubic_value(x + k, rows, cols, weight + th, divisor[at[ah]], weight_w + tw,
+                                             in_scale), out_scale);
+        }
+        y += run;
+        for (d = rank - 2; d >= 0; d--) { /* odometer over the outer output index */
+            if (++at[d] < out_shape[d])
+                break;
+            at[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
 /* ---- elementwise binary ---------------------------------------------------------------------------- */
 
 /* Quantized to [lo, 127], NaN -> lo and infinities saturating, as o2g_sat: the fast path's q is out
@@ -2071,4 +2158,310 @@ void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
             for (i = 0; i < n; i++)
                 y[i0 + i] = o2g_reduce_out(acc[i], kind, axis_len, in_scale, out_scale);
         }
+}
+
+/* ---- LSTM / GRU recurrence ------------------------------------------------------------------------- */
+
+#define O2G_RNN_MAX_HIDDEN 1024 /* cpu/recurrent.py MAX_HIDDEN: the compiler refuses larger states */
+
+/* One sequence's float32 state at a time: h, the new h, and c (LSTM) or z and r*h (GRU). */
+static float o2g_rnn_state[4 * O2G_RNN_MAX_HIDDEN];
+
+static float o2g_rnn_dot(const float *r_row, const float *h, size_t hidden)
+{
+    float dot = 0.0f;
+    size_t m;
+    for (m = 0; m < hidden; m++) {
+        float t = r_row[m] * h[m];
+        O2G_KEEP(t);
+        dot += t;
+    }
+    return dot;
+}
+
+/* A gate before its activation: (dequantized projection + dot) + bias, in NumPy's order. */
+O2G_INLINE float o2g_rnn_gate(int8_t p, float p_scale, float dot, float bias)
+{
+    float v = o2g_deq(p, p_scale) + dot;
+    O2G_KEEP(v);
+    return v + bias;
+}
+
+O2G_INLINE float o2g_sigmoid(float v)
+{
+    float e = expf(-v);
+    O2G_KEEP(e);
+    return o2g_fdiv(1.0f, 1.0f + e);
+}
+
+/* a * b + c * d with both products rounded (NumPy's elementwise order, no FMA). */
+O2G_INLINE float o2g_rnn_mix(float a, float b, float c, float d)
+{
+    float x = a * b, y = c * d;
+    O2G_KEEP(x);
+    O2G_KEEP(y);
+    return x + y;
+}
+
+void o2g_lstm(const int8_t *p, const float *r, const float *bias, const float *peephole, const float *h0,
+              const float *c0, int8_t *y, int8_t *y_h, int8_t *y_c, size_t seq, size_t batch, size_t hidden,
+              int directions, int reverse, float p_scale, float y_scale, float y_h_scale, float y_c_scale)
+{
+    float *h = o2g_rnn_state, *h_new = h + O2G_RNN_MAX_HIDDEN, *c = h_new + O2G_RNN_MAX_HIDDEN;
+    const size_t width = 4 * hidden, p_row = (size_t)directions * width;
+    size_t b, s, j;
+    int d;
+    if (hidden > O2G_RNN_MAX_HIDDEN)
+        return;
+    for (d = 0; d < directions; d++) {
+        const float *rd = r + (size_t)d * width * hidden, *bd = bias + (size_t)d * width;
+        const float *pi = peephole + (size_t)d * 3 * hidden, *po = pi + hidden, *pf = po + hidden;
+        const int backward = reverse || d == 1;
+        for (b = 0; b < batch; b++) {
+            const size_t state = ((size_t)d * batch + b) * hidden;
+            for (j = 0; j < hidden; j++) {
+                h[j] = h0[state + j];
+                c[j] = c0[state + j];
+            }
+            for (s = 0; s < seq; s++) {
+                const size_t t = backward ? seq - 1 - s : s;
+                const int8_t *pt = p + (t * batch + b) * p_row + (size_t)d * width;
+                int8_t *yt = y + ((t * (size_t)directions + (size_t)d) * batch + b) * hidden;
+                for (j = 0; j < hidden; j++) {
+                    const float gi = o2g_rnn_gate(pt[j], p_scale, o2g_rnn_dot(rd + j * hidden, h, hidden), bd[j]);
+                    const float go = o2g_rnn_gate(pt[hidden + j], p_scale,
+                                                  o2g_rnn_dot(rd + (hidden + j) * hidden, h, hidden), bd[hidden + j]);
+                    const float gf = o2g_rnn_gate(pt[2 * hidden + j], p_scale,
+                                                  o2g_rnn_dot(rd + (2 * hidden + j) * hidden, h, hidden),
+                                                  bd[2 * hidden + j]);
+                    const float gc = o2g_rnn_gate(pt[3 * hidden + j], p_scale,
+                                                  o2g_rnn_dot(rd + (3 * hidden + j) * hidden, h, hidden),
+                                                  bd[3 * hidden + j]);
+                    float pc = pi[j] * c[j], i, f, ct;
+                    O2G_KEEP(pc);
+                    i = o2g_sigmoid(gi + pc);
+                    pc = pf[j] * c[j];
+                    O2G_KEEP(pc);
+                    f = o2g_sigmoid(gf + pc);
+                    ct = o2g_rnn_mix(f, c[j], i, tanhf(gc));
+                    pc = po[j] * ct;
+                    O2G_KEEP(pc);
+                    c[j] = ct;
+                    h_new[j] = o2g_sigmoid(go + pc) * tanhf(ct);
+                }
+                for (j = 0; j < hidden; j++) {
+                    h[j] = h_new[j];
+                    yt[j] = o2g_q(h[j], y_scale);
+                }
+            }
+            for (j = 0; j < hidden; j++) {
+                y_h[state + j] = o2g_q(h[j], y_h_scale);
+                y_c[state + j] = o2g_q(c[j], y_c_scale);
+            }
+        }
+    }
+}
+
+void o2g_gru(const int8_t *p, const float *r, const float *bias, const float *h0, int8_t *y, int8_t *y_h,
+             size_t seq, size_t batch, size_t hidden, int directions, int reverse, int linear_before_reset,
+             float p_scale, float y_scale, float y_h_scale)
+{
+    float *h = o2g_rnn_state, *h_new = h + O2G_RNN_MAX_HIDDEN, *z = h_new + O2G_RNN_MAX_HIDDEN;
+    float *rh = z + O2G_RNN_MAX_HIDDEN;
+    const size_t width = 3 * hidden, p_row = (size_t)directions * width;
+    size_t b, s, j;
+    int d;
+    if (hidden > O2G_RNN_MAX_HIDDEN)
+        return;
+    for (d = 0; d < directions; d++) {
+        const float *rz = r + (size_t)d * width * hidden, *rr = rz + hidden * hidden, *rc = rr + hidden * hidden;
+        const float *bz = bias + (size_t)d * width, *br = bz + hidden, *bc = br + hidden;
+        const int backward = reverse || d == 1;
+        for (b = 0; b < batch; b++) {
+            const size_t state = ((size_t)d * batch + b) * hidden;
+            for (j = 0; j < hidden; j++)
+                h[j] = h0[state + j];
+            for (s = 0; s < seq; s++) {
+                const size_t t = backward ? seq - 1 - s : s;
+                const int8_t *pt = p + (t * batch + b) * p_row + (size_t)d * width;
+                int8_t *yt = y + ((t * (size_t)directions + (size_t)d) * batch + b) * hidden;
+                for (j = 0; j < hidden; j++) {
+                    const float reset = o2g_sigmoid(o2g_rnn_gate(pt[hidden + j], p_scale,
+                                                                 o2g_rnn_dot(rr + j * hidden, h, hidden), br[j]));
+                    z[j] = o2g_sigmoid(o2g_rnn_gate(pt[j], p_scale, o2g_rnn_dot(rz + j * hidden, h, hidden), bz[j]));
+                    if (linear_before_reset) {
+                        float v = o2g_rnn_dot(rc + j * hidden, h, hidden) + bc[j];
+                        O2G_KEEP(v);
+                        v = reset * v;
+                        O2G_KEEP(v);
+                        rh[j] = tanhf(o2g_deq(pt[2 * hidden + j], p_scale) + v);  /* the candidate */
+                    } else {
+                        rh[j] = reset * h[j];
+                    }
+                }
+                for (j = 0; j < hidden; j++) {
+                    const float candidate = linear_before_reset ? rh[j] : tanhf(o2g_rnn_gate(
+                        pt[2 * hidden + j], p_scale, o2g_rnn_dot(rc + j * hidden, rh, hidden), bc[j]));
+                    h_new[j] = o2g_rnn_mix(1.0f - z[j], candidate, z[j], h[j]);
+                }
+                for (j = 0; j < hidden; j++) {
+                    h[j] = h_new[j];
+                    yt[j] = o2g_q(h[j], y_scale);
+                }
+            }
+            for (j = 0; j < hidden; j++)
+                y_h[state + j] = o2g_q(h[j], y_h_scale);
+        }
+    }
+}
+
+/* ==== layers kept float (--keep-float): o2g_float_conv ================================================ */
+/* onnx2gemmini/cpu/float_layers.py is the reference. Each int8 value is dequantized to float32 (one
+ * rounding, DequantizeLinear), each product with a float32 weight is exact in double (24 + 24 bits), and
+ * each output's products are summed in double in the order (kernel row, kernel column, input channel)
+ * of the valid taps, so the order in which the compiler schedules independent outputs changes nothing:
+ * exact against the NumPy semantics. */
+
+/* The 8 outputs k..k+7 of one output pixel over its valid taps (kernel rows r0..r1, columns c0..c1): eight
+ * double accumulators in registers, each summed in tap order, then channel order. xs: the pixel's first
+ * valid tap; dq: the dequantized values, indexed by the int8 value; dense (icg > 1): the eight share their
+ * group's input channels; depthwise (icg == 1): output k + j reads channel ch[j] (ch NULL: xs points at channel
+ * k and output k + j reads xs[j]). */
+O2G_INLINE void o2g_float_conv8(const int8_t *xs, const float *ws, const double *dq, double *out, int r0, int r1,
+                                int c0, int c1, size_t row_step, size_t col_step, size_t wrow_step, size_t tap_w,
+                                size_t icg, size_t oc_n, const size_t *ch)
+{
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0, a4 = 0.0, a5 = 0.0, a6 = 0.0, a7 = 0.0;
+    int kr, kc;
+    for (kr = r0; kr < r1; kr++) {
+        const int8_t *xp = xs + (size_t)(kr - r0) * row_step;
+        const float *wp = ws + (size_t)kr * wrow_step + (size_t)c0 * tap_w;
+        for (kc = c0; kc < c1; kc++, xp += col_step, wp += tap_w) {
+            if (icg == 1 && ch == NULL) { /* depthwise, multiplier 1: output k + j reads channel k + j */
+                a0 += dq[xp[0]] * (double)wp[0];
+                a1 += dq[xp[1]] * (double)wp[1];
+                a2 += dq[xp[2]] * (double)wp[2];
+                a3 += dq[xp[3]] * (double)wp[3];
+                a4 += dq[xp[4]] * (double)wp[4];
+                a5 += dq[xp[5]] * (double)wp[5];
+                a6 += dq[xp[6]] * (double)wp[6];
+                a7 += dq[xp[7]] * (double)wp[7];
+            } else if (icg == 1) {
+                a0 += dq[xp[ch[0]]] * (double)wp[0];
+                a1 += dq[xp[ch[1]]] * (double)wp[1];
+                a2 += dq[xp[ch[2]]] * (double)wp[2];
+                a3 += dq[xp[ch[3]]] * (double)wp[3];
+                a4 += dq[xp[ch[4]]] * (double)wp[4];
+                a5 += dq[xp[ch[5]]] * (double)wp[5];
+                a6 += dq[xp[ch[6]]] * (double)wp[6];
+                a7 += dq[xp[ch[7]]] * (double)wp[7];
+            } else {
+                const float *wi = wp;
+                size_t i;
+                for (i = 0; i < icg; i++, wi += oc_n) {
+                    const double xv = dq[xp[i]];
+                    a0 += xv * (double)wi[0];
+                    a1 += xv * (double)wi[1];
+                    a2 += xv * (double)wi[2];
+                    a3 += xv * (double)wi[3];
+                    a4 += xv * (double)wi[4];
+                    a5 += xv * (double)wi[5];
+                    a6 += xv * (double)wi[6];
+                    a7 += xv * (double)wi[7];
+                }
+            }
+        }
+    }
+    out[0] = a0;
+    out[1] = a1;
+    out[2] = a2;
+    out[3] = a3;
+    out[4] = a4;
+    out[5] = a5;
+    out[6] = a6;
+    out[7] = a7;
+}
+
+/* One output (a group's last few channels): the same sum with one accumulator. */
+static double o2g_float_conv1(const int8_t *xs, const float *ws, const double *dq, int r0, int r1, int c0,
+                              int c1, size_t row_step, size_t col_step, size_t wrow_step, size_t tap_w, size_t icg,
+                              size_t oc_n, size_t ch)
+{
+    double a = 0.0;
+    int kr, kc;
+    for (kr = r0; kr < r1; kr++) {
+        const int8_t *xp = xs + (size_t)(kr - r0) * row_step;
+        const float *wp = ws + (size_t)kr * wrow_step + (size_t)c0 * tap_w;
+        for (kc = c0; kc < c1; kc++, xp += col_step, wp += tap_w) {
+            size_t i;
+            if (icg == 1)
+                a += dq[xp[ch]] * (double)wp[0];
+            else
+                for (i = 0; i < icg; i++)
+                    a += dq[xp[i]] * (double)wp[i * oc_n];
+        }
+    }
+    return a;
+}
+
+/* sum + bias in double, rounded to float32, QuantizeLinear (ReLU: to [0, 127]). */
+O2G_INLINE int8_t o2g_float_conv_out(double acc, const float *bias, size_t k, float out_scale, int relu)
+{
+    float f = (float)(bias != NULL ? acc + (double)bias[k] : acc);
+    O2G_KEEP(f);
+    return o2g_sat_act(o2g_fdiv(f, out_scale), relu);
+}
+
+void o2g_float_conv(const int8_t *x, const float *weights, const float *bias, int8_t *y,
+                    int batches, int rows, int cols, int channels, const struct o2g_window *w,
+                    int groups, int out_channels, float in_scale, float out_scale, int relu)
+{
+    const struct o2g_window win = *w; /* in registers: y's stores could alias *w */
+    const size_t c_n = (size_t)channels, oc_n = (size_t)out_channels, row_elems = (size_t)cols * c_n;
+    const size_t icg = c_n / (size_t)groups, ocg = oc_n / (size_t)groups;
+    const size_t tap_w = icg * oc_n, wrow_step = (size_t)win.kernel_cols * tap_w; /* weights per tap, kernel row */
+    const size_t row_step = (size_t)win.dilation_rows * row_elems, col_step = (size_t)win.dilation_cols * c_n;
+    double deq[256], acc[8];
+    const double *dq = deq + 128; /* dq[v]: the int8 value v dequantized (DequantizeLinear), widened exactly */
+    int v, b, orow, ocol, r0, r1, c0, c1;
+    for (v = -128; v < 128; v++)
+        deq[v + 128] = (double)o2g_deq(v, in_scale);
+    for (b = 0; b < batches; b++) {
+        const int8_t *xb = x + (size_t)b * (size_t)rows * row_elems;
+        for (orow = 0; orow < win.out_rows; orow++) {
+            const int ir0 = orow * win.stride_rows - win.pad_top;
+            o2g_tap_range(ir0, win.kernel_rows, win.dilation_rows, rows, &r0, &r1);
+            for (ocol = 0; ocol < win.out_cols; ocol++, y += oc_n) {
+                const int ic0 = ocol * win.stride_cols - win.pad_left;
+                const int8_t *xs;
+                size_t k = 0, ch[8] = {0}, j;
+                o2g_tap_range(ic0, win.kernel_cols, win.dilation_cols, cols, &c0, &c1);
+                if (r1 == r0 || c1 == c0) { /* only padding: the bias */
+                    for (k = 0; k < oc_n; k++)
+                        y[k] = o2g_float_conv_out(0.0, bias, k, out_scale, relu);
+                    continue;
+                }
+                xs = xb + (size_t)(ir0 + r0 * win.dilation_rows) * row_elems +
+                     (size_t)(ic0 + c0 * win.dilation_cols) * c_n;
+                while (k < oc_n) {
+                    const size_t g = k / ocg, left = ocg - k % ocg; /* outputs left in k's group */
+                    const int8_t *xg = icg == 1 ? xs : xs + g * icg;
+                    if ((left >= 8 || icg == 1) && oc_n - k >= 8) {
+                        for (j = 0; icg == 1 && ocg > 1 && j < 8; j++)
+                            ch[j] = (k + j) / ocg;
+                        o2g_float_conv8(icg == 1 && ocg == 1 ? xs + k : xg, weights + k, dq, acc, r0, r1, c0, c1,
+                                        row_step, col_step, wrow_step, tap_w, icg, oc_n,
+                                        icg == 1 && ocg == 1 ? NULL : ch);
+                        for (j = 0; j < 8; j++, k++)
+                            y[k] = o2g_float_conv_out(acc[j], bias, k, out_scale, relu);
+                        continue;
+                    }
+                    y[k] = o2g_float_conv_out(o2g_float_conv1(xg, weights + k, dq, r0, r1, c0, c1, row_step,
+                                                              col_step, wrow_step, tap_w, icg, oc_n, k / ocg),
+                                              bias, k, out_scale, relu);
+                    k++;
+                }
+            }
+        }
+    }
 }

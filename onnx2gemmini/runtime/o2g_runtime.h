@@ -110,6 +110,18 @@ void o2g_resize_linear(const int8_t *x, int8_t *y, int rank, const int *in_shape
                        int naxes, const int *axes, const int64_t *lo, const int64_t *hi,
                        const float *w_lo, const float *w_hi, float in_scale, float out_scale);
 
+/* ONNX Resize in cubic mode, as onnxruntime's bicubic kernel computes it in float32: axes[0] and
+ * axes[1] (height, then width; axes[0] < axes[1]) of x are interpolated, every other axis has the same
+ * size in x and y. pos/weight hold four source positions and weights per output position of the
+ * height axis, then of the width axis; divisor one per output position of the height axis. Each
+ * output value is the sum over the four rows i, in order, of (row_i * weight_h[i]) / divisor, where
+ * row_i is the sum over the four columns j, in order, of weight_w[j] * (x * in_scale); each sum starts
+ * from 0. Then quantized with out_scale. Exact (each operation rounded separately); rank <=
+ * O2G_MAX_RANK. */
+void o2g_resize_cubic(const int8_t *x, int8_t *y, int rank, const int *in_shape, const int *out_shape,
+                      const int *axes, const int64_t *pos, const float *weight, const float *divisor,
+                      float in_scale, float out_scale);
+
 /* y = table[x + 128]: a quantized activation function (exact). */
 void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table);
 
@@ -162,5 +174,31 @@ void o2g_layernorm(const int8_t *x, const float *gamma, const float *beta, int8_
 enum o2g_reduce_kind { O2G_REDUCE_SUM, O2G_REDUCE_MEAN, O2G_REDUCE_MAX, O2G_REDUCE_MIN, O2G_REDUCE_L2 };
 void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner, int kind,
                 float in_scale, float out_scale);
+
+/* The recurrence of ONNX LSTM / GRU (default activations) between DequantizeLinear and QuantizeLinear, one
+ * sequence (direction, batch element) at a time in float32. p holds the int8 input projections X*W^T + Wb
+ * [seq][batch][directions * gates * hidden] at p_scale, each direction's gates (LSTM i, o, f, c; GRU z, r,
+ * h) one after the other; r [directions][gates * hidden][hidden], bias (the recurrence bias Rb)
+ * [directions][gates * hidden], peephole [directions][3 * hidden] (i, o, f), h0 and c0
+ * [directions][batch][hidden], all float32. Writes y [seq][directions][batch][hidden] and y_h, y_c
+ * [directions][batch][hidden], each quantized at its scale. Direction 1 (or the only one, with reverse)
+ * runs backward. hidden <= O2G_RNN_MAX_HIDDEN (1024). The dot products are summed in order and
+ * sigmoid/tanh call expf/tanhf: within 1 LSB of the emulator in a few values. */
+void o2g_lstm(const int8_t *p, const float *r, const float *bias, const float *peephole, const float *h0,
+              const float *c0, int8_t *y, int8_t *y_h, int8_t *y_c, size_t seq, size_t batch, size_t hidden,
+              int directions, int reverse, float p_scale, float y_scale, float y_h_scale, float y_c_scale);
+void o2g_gru(const int8_t *p, const float *r, const float *bias, const float *h0, int8_t *y, int8_t *y_h,
+             size_t seq, size_t batch, size_t hidden, int directions, int reverse, int linear_before_reset,
+             float p_scale, float y_scale, float y_h_scale);
+
+/* ==== layers kept float (--keep-float) ================================================================ */
+/* A conv of NHWC int8 x with float32 weights [KH][KW][channels/groups][out_channels] and a float32 bias (or
+ * NULL), in float: DequantizeLinear (float32(x) * in_scale), each output the double sum of its exact
+ * products in the order (kernel row, kernel column, input channel), plus the bias, rounded to float32 and
+ * quantized with out_scale (to [0, 127] when relu). Output channel k belongs to group k / (out_channels /
+ * groups). A matmul [I][K] x [K][J] is the 1x1 case with batches = rows = 1, cols = I. Exact. */
+void o2g_float_conv(const int8_t *x, const float *weights, const float *bias, int8_t *y,
+                    int batches, int rows, int cols, int channels, const struct o2g_window *w,
+                    int groups, int out_channels, float in_scale, float out_scale, int relu);
 
 #endif /* O2G_RUNTIME_H */

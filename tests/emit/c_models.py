@@ -15,6 +15,7 @@ from tests.ops.test_conv_transpose import conv_transpose_model
 from tests.ops.test_resize import resize_model
 from tests.ops.test_slice_pad import pad_model, slice_model
 from tests.ops.test_binary import prelu_model
+from tests.ops.test_recurrent import rnn_model
 from tests.ops.test_activations import se_block
 from tests.test_passes import bn_scale_relu
 
@@ -212,6 +213,11 @@ MODELS = {
     "resize_linear_3d_align_corners": lambda: resize_model((3, 4, 5), scales=[2, 1, 1.5], mode="linear",
                                                            coordinate_transformation_mode="align_corners"),
     "resize_linear_same_sizes": lambda: resize_model((1, 3, 4, 2), scales=[1, 1, 1, 1.2], mode="linear"),
+    "resize_cubic_nhwc_exclude_outside": lambda: resize_model((1, 3, 4, 5), scales=[1, 1, 2, 0.6], after_conv=True,
+                                                              mode="cubic", opset=19, cubic_coeff_a=-0.5,
+                                                              exclude_outside=1),
+    "resize_cubic_2d_align_corners": lambda: resize_model((4, 5), sizes=[7, 3], mode="cubic",
+                                                          coordinate_transformation_mode="align_corners"),
     "prelu_per_channel_nhwc": lambda: prelu_model((1, 4, 5, 5), (4, 1, 1), after_conv=True),
     "conv_transpose_stride2": lambda: conv_transpose_model(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
     "conv_transpose_dilated_im2col": lambda: conv_transpose_model(dilations=[2, 2], strides=[2, 1]),
@@ -224,8 +230,31 @@ MODELS = {
     "reduce_mean_rect_cpu": lambda: unary("ReduceMean", shape=(2, 3, 4, 6), axes=[2, 3]),
     "reduce_max_axes_apart_nhwc": lambda: after_conv("ReduceMax", axes=[1, 3], keepdims=0),
     "reduce_sum_channels": lambda: single("ReduceSum", (1, 5, 3, 3), {"axes": np.array([1], np.int64)}, ("axes",)),
+    "lstm_bidirectional_peephole": lambda: rnn_model(direction="bidirectional", initial=True, peephole=True),
+    "gru_reverse_linear_before_reset": lambda: rnn_model(op="GRU", direction="reverse", linear_before_reset=1),
+    # --keep-float (OPTIONS): float_conv steps; dense (8-output blocks and tails), depthwise, a channel multiplier,
+    # matmuls, a fused ReLU + max-pool, padding-only border pixels, ConvTranspose
+    "keep_float_conv_pool_gemm": lambda: chain(
+        [("Conv", ["x", "W1", "B1"], ["c1"], {"pads": [1, 1, 1, 1]}), ("Relu", ["c1"], ["r1"], {}),
+         ("MaxPool", ["r1"], ["p1"], {"kernel_shape": [2, 2], "strides": [2, 2]}), ("Flatten", ["p1"], ["f"], {}),
+         ("Gemm", ["f", "B", "C"], ["y"], {"transB": 1})],
+        {"x": [1, 3, 8, 8]}, {"W1": weights(40, 11, 3, 3, 3), "B1": weights(41, 11), "B": weights(42, 10, 176),
+                              "C": weights(43, 10)}),
+    "keep_float_depthwise_matmul": lambda: chain(
+        [("Conv", ["x", "Wd"], ["d"], {"group": 12, "pads": [1, 1, 1, 1]}),
+         ("Conv", ["d", "Wm"], ["m"], {"group": 12, "strides": [2, 2]}),
+         ("Conv", ["m", "W1"], ["p"], {"kernel_shape": [1, 1], "pads": [1, 1, 1, 1]}),
+         ("Reshape", ["p", "shape"], ["r"], {}), ("MatMul", ["r", "Bm"], ["y"], {})],
+        {"x": [1, 12, 6, 6]}, {"Wd": weights(44, 12, 1, 3, 3), "Wm": weights(45, 24, 1, 3, 3),
+                               "W1": weights(46, 9, 24, 1, 1), "shape": np.array([1, 9, 16], np.int64),
+                               "Bm": weights(47, 16, 5)}),
+    "keep_float_conv_transpose": lambda: conv_transpose_model(c=4, oc=6, group=2, strides=[2, 2], pads=[1, 1, 1, 1],
+                                                              after_conv=True),
 }
 
 # Compile options of the cases that need other than the defaults.
 OPTIONS = {"conv_weight_scale_per_channel": {"weight_scales": "channel"},
+           "keep_float_conv_pool_gemm": {"keep_float": ["c1", "y"]},
+           "keep_float_depthwise_matmul": {"keep_float": ["d", "m", "p", "y"]},
+           "keep_float_conv_transpose": {"keep_float": ["deconv"]},
            "gemm_weight_scale_groups": {"weight_scales": "channel"}}

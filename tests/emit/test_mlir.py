@@ -331,6 +331,8 @@ MODELS = {
         ("resize_nearest_nhwc", ["@o2g_rt_remap"]), ("resize_linear_nhwc", ["@o2g_rt_resize_linear"]),
         ("resize_linear_3d_align_corners", ["@o2g_rt_resize_linear"]),
         ("resize_linear_same_sizes", ["@o2g_rt_resize_linear"]),
+        ("resize_cubic_nhwc_exclude_outside", ["@o2g_rt_resize_cubic"]),
+        ("resize_cubic_2d_align_corners", ["@o2g_rt_resize_cubic"]),
         ("prelu_per_channel_nhwc", ["@o2g_rt_binary_i8_f32"]),
         ("conv_transpose_stride2", ["@o2g_rt_remap", "gemmini.tile_conv"]),
         ("conv_transpose_dilated_im2col", ["@o2g_rt_remap", "@o2g_rt_im2col", "gemmini.tile_matmul"]),
@@ -338,7 +340,12 @@ MODELS = {
         ("concat_constant_nhwc", ["@o2g_rt_concat_part"]),
         ("reduce_mean_rect_cpu", ["@o2g_rt_reduce"]),
         ("reduce_max_axes_apart_nhwc", ["@o2g_rt_transpose", "@o2g_rt_reduce"]),
-        ("reduce_sum_channels", ["@o2g_rt_reduce"]))},
+        ("reduce_sum_channels", ["@o2g_rt_reduce"]),
+        ("lstm_bidirectional_peephole", ["gemmini.tile_matmul", "@o2g_rt_lstm"]),
+        ("gru_reverse_linear_before_reset", ["gemmini.tile_matmul", "@o2g_rt_gru"]),
+        ("keep_float_conv_pool_gemm", ["@o2g_rt_float_conv", "@o2g_rt_maxpool"]),
+        ("keep_float_depthwise_matmul", ["@o2g_rt_float_conv"]),
+        ("keep_float_conv_transpose", ["@o2g_rt_remap", "@o2g_rt_float_conv"]))},
 }
 
 

@@ -121,6 +121,17 @@ def kernel_cases() -> list:
                             ((1, 3, 4, 4, 2), (1, 5, 6, 7, 2), (1, 2, 3)), ((1, 2, 3, 4, 5), (1, 2, 5, 7, 9), (2, 3, 4)),
                             ((1, 8, 8, 2), (1, 3, 5, 2), (1, 2)), ((2, 6), (2, 11), (1,))]:
         c.append(B.resize_case(r, ins, outs, axes))
+    # cubic resize: NHWC (channels run innermost) and NCHW / 2-D (width taps per position), up and down,
+    # exclude_outside (height divisors != 1), a copy (no size changes), one pixel
+    for ins, outs, axes, nchw, mode, excl in [
+            ((1, 4, 5, 3), (1, 8, 10, 3), (1, 2), (1, 3, 4, 5), "half_pixel", False),
+            ((2, 7, 6, 5), (2, 3, 11, 5), (1, 2), (2, 5, 7, 6), "align_corners", True),
+            ((1, 3, 4, 5), (1, 3, 8, 3), (2, 3), None, "asymmetric", True),
+            ((1, 2, 5, 6), (1, 2, 5, 6), (2, 3), None, "half_pixel", False),
+            ((1, 2, 1, 1), (1, 2, 3, 4), (2, 3), None, "pytorch_half_pixel", True),
+            ((6, 9), (13, 4), (0, 1), None, "half_pixel_symmetric", True)]:
+        c.append(B.cubic_resize_case(r, ins, outs, axes, onnx_shape=nchw, mode=mode, a=-0.5 if excl else -0.75,
+                                     exclude_outside=excl))
     # binary: every function and operand kind; broadcasts (scalar, channel, rows, both sides); ReLU; 0/0 and x/0
     shapes = [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (1, 1, 1, 5)), ((2, 3, 4, 5), (1, 3, 1, 1)),
               ((4, 1, 5), (1, 3, 1)), ((3, 7), (1,)), ((1,), (5, 3)), ((7,), (7,)), ((), ())]
@@ -160,6 +171,26 @@ def kernel_cases() -> list:
         c.append(B.reduce_case(r, outer, axis_len, inner, kind))
     c.append(B.reduce_case(r, 2, 4, 5, "mean", in_scale=1.0, out_scale=1.0))   # sums of 4 ints: ties at .5
     c.append(B.reduce_case(r, 1, 50, 8, "sum", in_scale=0.1, out_scale=0.01))  # saturates both ways
+    # the recurrence: both cells, every direction, GRU's two reset orders, a batch, one hidden unit
+    for cell, seq, batch, hidden, dirs, reverse, lbr in [
+            ("lstm", 5, 2, 8, 1, False, False), ("lstm", 7, 1, 16, 2, False, False), ("lstm", 3, 3, 1, 1, True, False),
+            ("gru", 6, 2, 8, 1, False, False), ("gru", 4, 1, 12, 2, False, True), ("gru", 5, 2, 4, 1, True, True)]:
+        c.append(B.recurrent_case(r, cell, seq, batch, hidden, dirs, reverse, lbr))
+    # float_conv (layers kept float): blocks of 8 outputs and their tails, a group's channels ending mid-block,
+    # depthwise (multiplier 1 and 3), padding-only border pixels, strides, dilation, asymmetric windows, no bias,
+    # ReLU, saturation both ways (a small output scale), matmuls (1x1 over a row of pixels), misaligned input
+    for n, h, w, ch, oc, k, s, p, g, d, bias, relu, out_scale in [
+            (1, 5, 5, 3, 8, 3, 1, 1, 1, (1, 1), True, False, None),
+            (2, 6, 5, 16, 13, 3, 2, 1, 1, (1, 1), False, True, None),
+            (1, 7, 6, 12, 20, (2, 3), 1, (0, 1, 2, 1), 2, (2, 1), True, False, None),
+            (1, 6, 6, 11, 11, 3, 1, 1, 11, (1, 1), True, True, None),
+            (1, 5, 4, 4, 12, 3, 2, 1, 4, (1, 1), True, False, None),
+            (1, 3, 3, 5, 6, 1, 1, 2, 1, (1, 1), True, False, None),
+            (1, 1, 7, 40, 9, 1, 1, 0, 1, (1, 1), True, False, None),
+            (1, 4, 4, 24, 15, 3, 1, 1, 3, (1, 1), True, False, 0.004)]:
+        c.append(B.float_conv_case(r, n, h, w, ch, oc, k, s, p, groups=g, d=d, bias=bias, relu=relu,
+                                   out_scale=out_scale))
+    c.append(B.float_conv_case(r, 1, 3, 3, 9, 17, 3, 1, 1, off=3, oo=5))
     return c
 
 
@@ -205,7 +236,8 @@ def test_riscv_build_on_spike_matches_numpy(tmp_path):
 
 def test_riscv_quantization_is_fdiv_and_fcvt_without_library_calls(tmp_path):
     """QuantizeLinear is fdiv.s and fcvt.w.s with static rne rounding; the only library calls of the whole
-    runtime are expf (softmax), powf (LRN) and the compiler's own helpers: no roundf, nearbyintf, lrintf."""
+    runtime are expf (softmax, sigmoid), powf (LRN), tanhf (LSTM/GRU) and the compiler's own helpers: no roundf,
+    nearbyintf, lrintf."""
     spike_or_skip()
     v = B.makefile_vars()
     shutil.copy(B.RUNTIME / "o2g_runtime.c", tmp_path)
@@ -215,7 +247,7 @@ def test_riscv_quantization_is_fdiv_and_fcvt_without_library_calls(tmp_path):
     dump = subprocess.run(["riscv64-unknown-elf-objdump", "-dr", "rt.o"], cwd=tmp_path, check=True,
                           capture_output=True, text=True).stdout
     calls = set(re.findall(r"R_RISCV_CALL(?:_PLT)?\s+(\w+)", dump))
-    assert {c for c in calls if not c.startswith("o2g_")} <= {"expf", "powf", "memset", "memcpy"}, calls
+    assert {c for c in calls if not c.startswith("o2g_")} <= {"expf", "powf", "tanhf", "memset", "memcpy"}, calls
     quantize = dump[dump.index("<o2g_quantize>:"):]
     quantize = quantize[:re.search(r"\n\n[0-9a-f]+ <o2g_\w+>:", quantize).start()]
     assert "fdiv.s" in quantize and re.search(r"fcvt\.w\.s\s+\w+,\s*\w+,\s*rne", quantize)
