@@ -1250,7 +1250,7 @@ def main() -> None:
             f"(onnx2gemmini {source_state()}, onnxruntime {ort.__version__}, data seed {args.seed}). Output SQNR "
             "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
             "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
-            "tensor, MinMax / Entropy / Percentile).")))
+            f"tensor, {'MinMax: the quick run has no other method' if args.quick else 'MinMax / Entropy / Percentile'}).")))
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
