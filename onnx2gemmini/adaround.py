@@ -82,7 +82,7 @@ def round_weights(w: np.ndarray, rows: np.ndarray, scale, seed: int = 0,
 
 
 def output_error(w: np.ndarray, q: np.ndarray, rows: np.ndarray, scale) -> float:
-    """||rows @ (q * scale - w)||^2 / N: what round_weights minimises (for tests and the report)."""
+    """||rows @ (q * scale - w)||^2 / N: what round_weights minimises (the tests measure it)."""
     s = np.asarray(scale, np.float64).reshape(1, -1)
     e = rows.astype(np.float64) @ (q.astype(np.float64) * s - w.astype(np.float64))
     return float(np.sum(e * e) / len(rows))

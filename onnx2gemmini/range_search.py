@@ -17,8 +17,8 @@ from collections import defaultdict
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
+from .errors import ModelError
 from .numerics import dequantize, quantize, scale_for
 
 SAMPLES = 8                 # calibration samples the candidates are compared on, at most
@@ -125,7 +125,9 @@ def _best(t: str, options: list[float], nodes, weights, values, model) -> float:
 
 
 def _sub_session(model, nodes, feeds, ends, weights, values):
-    """onnxruntime on just `nodes` (their weights included), fed `feeds`; None when it will not build."""
+    """calibrate.session on just `nodes` (their weights included), fed `feeds`; None when onnxruntime
+    will not build it."""
+    from .calibrate import session  # calibrate imports this module
     used = {i for n in nodes for i in n.input}
     inputs = [onnx.helper.make_tensor_value_info(f, onnx.helper.np_dtype_to_tensor_dtype(values[f][0].dtype),
                                                  list(values[f][0].shape)) for f in feeds]
@@ -134,10 +136,7 @@ def _sub_session(model, nodes, feeds, ends, weights, values):
     graph = onnx.helper.make_graph(list(nodes), "consumers", inputs, outputs,
                                    [weights[w] for w in weights if w in used])
     sub = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    options.intra_op_num_threads = 1
     try:
-        return ort.InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception:  # noqa: BLE001 - a sub-graph onnxruntime will not take keeps the preferred candidate
+        return session(sub)
+    except ModelError:  # a sub-graph onnxruntime will not take keeps the preferred candidate
         return None

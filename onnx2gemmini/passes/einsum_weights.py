@@ -16,11 +16,6 @@ from ..graph import Graph, Node
 from .rewrite import add_initializer, fresh_name
 
 
-def _equation(node: Node) -> str:
-    eq = node.attrs.get("equation", "")
-    return eq.decode() if isinstance(eq, bytes) else eq
-
-
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = []
     for node in list(graph.nodes):
@@ -30,7 +25,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         weights = graph.const(b)
         if weights is None or graph.const(a) is not None:
             continue
-        equation = _equation(node).replace(" ", "")
+        equation = node.attrs.get("equation", "").replace(" ", "")  # graph.py decodes attribute bytes
         form = grouped_form(equation)
         if form is None:
             continue

@@ -8,6 +8,8 @@ same values onnxruntime writes.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..config import GemminiConfig
@@ -56,7 +58,7 @@ def _replace_box(graph: Graph, node: Node, data: str, updates: str, out: str,
     """Nodes computing `out` = `data` with the box `ranges` replaced by `updates`, axis by axis: along the
     first axis the box does not span whole, the rows before it, the rest recursively, the rows after it."""
     nodes: list[Node] = []
-    counter = iter(range(10**9))
+    counter = itertools.count()
 
     def sliced(src: str, axis: int, start: int, stop: int) -> str:
         k = next(counter)
