@@ -346,6 +346,10 @@ def format_diff(result: dict) -> str:
                      f"or rtol {rtol}")
         lines.append(f"output {name}: int8 vs onnxruntime QDQ: {q['mismatches']} mismatches in {q['compared']:,} "
                      f"values, max {q['max_lsb']} LSB")
+        for seg in o.get("segments", []):
+            lines.append(f"output {name}: [{seg['start']}:{seg['stop']}] on axis {seg['axis']} from "
+                         f"{ascii_text(seg['input'])}: scale {seg['scale']:.4g}, SQNR {_fmt(seg['sqnr_db'])} dB, "
+                         f"max_abs {seg['max_abs']:.4g}")
         if "int8_vs_saved" in o:
             v = o["int8_vs_saved"]
             lines.append(f"output {name}: int8 vs saved outputs: {v['mismatches']} of {v['compared']:,} values differ, "

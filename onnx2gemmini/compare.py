@@ -135,16 +135,18 @@ class _Checker:
         for name, tid in zip(self.output_names, plan.outputs):
             t = plan.tensors[tid]
             q = self.emulator.get(buffers, tid).astype(np.int32)
-            g = quantize(gold[name], t.scale).astype(np.int32)
+            g = quantize(gold[name], t.scales()).astype(np.int32)
             outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(q != g)),
                              "max_lsb": int(np.max(np.abs(q - g))) if q.size else 0,
-                             "fp32": ref_values[name], "int8": q.astype(np.float32) * np.float32(t.scale)}
+                             "fp32": ref_values[name], "int8": t.dequantize(q)}
         layers = []
         for layer, (sess, feeds) in zip(self.layers, self.sub_sessions):
             ours = self.int8_value(buffers, layer.tensor).astype(np.int32)
-            scale = np.float32(quant.scales[layer.tensor])
-            feed = {name: self.int8_value(buffers, src).astype(np.float32) * np.float32(quant.scales[src])
-                    for src, name in zip(layer.inputs, feeds)}
+            scale = quant.value_scales(layer.tensor, ours.ndim)
+            feed = {}
+            for src, name in zip(layer.inputs, feeds):
+                q = self.int8_value(buffers, src)
+                feed[name] = q.astype(np.float32) * quant.value_scales(src, q.ndim)
             gold_layer = quantize(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
             diff = np.abs(ours - gold_layer)
             ref = np.asarray(ref_values[layer.tensor], np.float64).ravel()
@@ -219,6 +221,9 @@ def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
                              **required_tolerance(ref, ours)},
             "int8_vs_ort_qdq": stats[name],
         }
+        segments = output_segments(compiled, name, fp32_out[name], int8_out[name])
+        if segments:
+            outputs[name]["segments"] = segments
     layer_rows = []
     for layer in layers:
         signal, noise, dot, power = layer.sums
@@ -245,6 +250,28 @@ def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
     result["verdict"] = {"passed": not failures, "exact_model": exact_model, "failures": failures,
                          "first_divergent_layer": next((l.name for l in layers if l.lsb > 0), None)}
     return result
+
+
+def output_segments(compiled: Compiled, name: str, fp32: list[np.ndarray], int8: list[np.ndarray]) -> list[dict]:
+    """For a model output made by a Concat: each input's part of it, with the scale its values have and its
+    error against fp32 (one int8 scale for parts of very different ranges rounds the small ones away)."""
+    node = next((n for n in compiled.graph.nodes if name in n.outputs), None)
+    if node is None or node.op_type != "Concat":
+        return []
+    shapes, quant = compiled.graph.shapes, compiled.quant
+    axis = node.attrs["axis"] % len(shapes[name])
+    per_index = quant.axis_scales[name][1] if name in quant.axis_scales else None
+    rows, start = [], 0
+    for part in (i for i in node.inputs if i):
+        stop = start + shapes[part][axis]
+        index = np.arange(start, stop)
+        ref = np.concatenate([np.take(v, index, axis).ravel() for v in fp32])
+        ours = np.concatenate([np.take(v, index, axis).ravel() for v in int8])
+        rows.append({"input": part, "axis": axis, "start": start, "stop": stop,
+                     "scale": float(per_index[start] if per_index else quant.scales[name]),
+                     "sqnr_db": sqnr_db(ref, ours), "max_abs": float(np.max(np.abs(ref - ours))) if ref.size else 0.0})
+        start = stop
+    return rows
 
 
 def _sqnr(signal: float, noise: float) -> float | None:

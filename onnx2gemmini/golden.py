@@ -76,21 +76,28 @@ class _Builder:
         if self.quant is None:  # float mode: the same names, no quantization
             self.node("Identity", [preq], [tensor], name=f"{tensor}__Identity")
             return
-        key = scale_of or tensor
-        s = self.init(f"{key}__scale", np.float32(self.quant.scales[key]))
-        z = self.init(f"{key}__zp", np.zeros((), np.int8))
-        self.node("QuantizeLinear", [preq, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear")
-        self.node("DequantizeLinear", [f"{tensor}__q", s, z], [tensor], name=f"{tensor}__DequantizeLinear")
+        s, z, axis = self.scale_inits(scale_of or tensor)
+        self.node("QuantizeLinear", [preq, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear", **axis)
+        self.node("DequantizeLinear", [f"{tensor}__q", s, z], [tensor], name=f"{tensor}__DequantizeLinear", **axis)
+
+    def scale_inits(self, tensor: str) -> tuple[str, str, dict]:
+        """The scale and zero point initializers of `tensor` and the Q/DQ `axis` attribute: one scale, or
+        one per index along an axis (a model output that keeps its inputs' scales, quantize.py)."""
+        if tensor in self.quant.axis_scales:
+            axis, per_index = self.quant.axis_scales[tensor]
+            s = self.init(f"{tensor}__scale", np.asarray(per_index, np.float32))
+            return s, self.init(f"{tensor}__zp", np.zeros(len(per_index), np.int8)), {"axis": axis}
+        s = self.init(f"{tensor}__scale", np.float32(self.quant.scales[tensor]))
+        return s, self.init(f"{tensor}__zp", np.zeros((), np.int8)), {}
 
     def fake_quant(self, tensor: str) -> str:
         """Q/DQ of a float tensor under a new name (`T__fq`), made once: how a quantized node reads a model
         input, or (with `only`) a float producer's output, as the int8 value the whole QDQ model holds."""
         if tensor not in self.fake_quantized:
-            s = self.init(f"{tensor}__scale", np.float32(self.quant.scales[tensor]))
-            z = self.init(f"{tensor}__zp", np.zeros((), np.int8))
-            self.node("QuantizeLinear", [tensor, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear")
+            s, z, axis = self.scale_inits(tensor)
+            self.node("QuantizeLinear", [tensor, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear", **axis)
             self.node("DequantizeLinear", [f"{tensor}__q", s, z], [f"{tensor}__fq"],
-                      name=f"{tensor}__DequantizeLinear")
+                      name=f"{tensor}__DequantizeLinear", **axis)
             self.fake_quantized[tensor] = f"{tensor}__fq"
             self.original[f"{tensor}__fq"] = tensor
         return self.fake_quantized[tensor]

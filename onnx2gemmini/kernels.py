@@ -220,8 +220,9 @@ def cubic_interpolate(f: np.ndarray, axes, pos, weight, divisor, out_shape) -> n
     return np.asarray(total, f32)
 
 
-def concat(xs: list[np.ndarray], axis: int, in_scales, out_scale) -> np.ndarray:
-    return np.concatenate([requantize(x, s, out_scale) for x, s in zip(xs, in_scales)], axis=axis)
+def concat(xs: list[np.ndarray], axis: int, in_scales, out_scales) -> np.ndarray:
+    """Each input requantized from its scale to the scale it is written at (one per input), then joined."""
+    return np.concatenate([requantize(x, s, t) for x, s, t in zip(xs, in_scales, out_scales)], axis=axis)
 
 
 def _prelu(x, slope):

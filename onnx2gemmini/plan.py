@@ -32,6 +32,10 @@ class Tensor:
     view_of: str | None = None      # same bytes as another tensor, only the shape differs
     slice_of: str | None = None     # a range of the last axis of another tensor: its rows are strided
     offset: int = 0                 # first element of that range (slices only)
+    # A model output that joins ranges (quantize.py): one scale per index along this ONNX-layout axis;
+    # `scale` is then the largest.
+    scale_axis: int | None = None
+    axis_scales: tuple[float, ...] = ()
 
     @property
     def onnx_shape(self) -> tuple[int, ...]:
@@ -46,6 +50,30 @@ class Tensor:
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def scales(self):
+        """The scale of every value, broadcastable to the storage shape: one float32, or one per index along
+        `scale_axis`."""
+        if self.scale_axis is None:
+            return np.float32(self.scale)
+        axis = (0, 3, 1, 2).index(self.scale_axis) if self.layout == "NHWC" else self.scale_axis
+        shape = [1] * len(self.shape)
+        shape[axis] = -1
+        return np.asarray(self.axis_scales, np.float32).reshape(shape)
+
+    def scale_runs(self) -> list[tuple[int, float]]:
+        """`axis_scales` as (count, scale) runs, for comments: a detector's output has a few long runs."""
+        runs: list[tuple[int, float]] = []
+        for v in self.axis_scales:
+            if runs and runs[-1][1] == v:
+                runs[-1] = (runs[-1][0] + 1, v)
+            else:
+                runs.append((1, v))
+        return runs
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        """Real values of this tensor's int8 buffer (storage layout), as float32."""
+        return q.astype(np.float32) * self.scales()
 
 
 def base_of(tensors: dict[str, Tensor], tid: str) -> Tensor:

@@ -1,6 +1,7 @@
 """Graph + QuantTable -> Plan: pre-flight every node, call the handlers in order, add the I/O steps."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from . import cpu
@@ -81,7 +82,8 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
         t = by_onnx[vo.name]
         if t.layout == "NHWC":
             n, h, w, c = t.shape
-            out = Tensor(f"{t.id}__out", vo.name, (n, c, h, w), "int8", "plain", t.scale, "output")
+            out = dataclasses.replace(t, id=f"{t.id}__out", shape=(n, c, h, w), layout="plain", kind="output",
+                                      view_of=None, slice_of=None, offset=0)
             tensors[out.id] = out
             steps.append(CpuOp(f"output_{t.id}", inputs=(t.id,), outputs=(out.id,), params=cpu.Transpose((0, 3, 1, 2)),
                                reason="model outputs are written in ONNX order"))

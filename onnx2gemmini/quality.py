@@ -61,10 +61,10 @@ def from_calibration(compiled, data: Dataset | None, samples: int = STATS_SAMPLE
         buffers = emulator.run(sample, keep=True)
         for name, ref in zip(names, fp32.run(names, sample)):
             t = plan.tensors[holders[name]]
-            ours = emulator.get(buffers, t.id)
+            ours = emulator.get(buffers, t.id).astype(np.float64) * np.asarray(t.scales(), np.float64)
             ours = ours.transpose(0, 3, 1, 2) if t.layout == "NHWC" else ours
             ref = np.asarray(ref, np.float64).ravel()
-            ours = ours.astype(np.float64).ravel() * float(np.float32(t.scale))
+            ours = ours.ravel()
             signal[name] += float(np.dot(ref, ref))
             noise[name] += float(np.dot(ref - ours, ref - ours))
     rows = [{"name": name, "op": op, "sqnr_db": _sqnr(signal[t], noise[t]), "mismatches": None,

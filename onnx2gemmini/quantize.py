@@ -3,6 +3,10 @@
 One float32 scale per activation tensor, zero point 0; weights in [-127, 127] with one scale per tensor
 or per run of output channels (each run then is its own Gemmini call, since a call applies one scale);
 int32 biases at scale s_in*s_w; the output multiplier float32(float32(s_in*s_w)/s_out) (`multiplier`).
+
+A concatenation that is a model output keeps each input's own scale (`QuantTable.axis_scales`): a detector
+that joins box coordinates (0..640) and class scores (0..1) in one output would otherwise round every score
+with the boxes' step. The int8 bytes are the same; only the output's dequantization is per segment.
 """
 from __future__ import annotations
 
@@ -60,6 +64,17 @@ class QuantTable:
     weight_group: int = 0                    # output channels per weight scale (0: per tensor)
     float_layers: frozenset = frozenset()    # nodes kept float (--keep-float): float32 weights, no entry above
     adarounded: tuple = ()                   # nodes whose weights AdaRound rounded (--adaround)
+    # Model outputs made by a Concat whose inputs keep their own scales: tensor -> (axis, one scale per
+    # index along it); `scales` then holds the largest of them.
+    axis_scales: dict[str, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
+
+    def value_scales(self, tensor: str, rank: int):
+        """The scale of every value of `tensor` (ONNX layout): one float32, or with axis scales an array of
+        `rank` dims that broadcasts along their axis."""
+        if tensor not in self.axis_scales:
+            return np.float32(self.scales[tensor])
+        axis, per_index = self.axis_scales[tensor]
+        return axis_array(per_index, axis, rank)
 
     def weight_scheme(self) -> str:
         """How the weight scales were chosen, for the report."""
@@ -68,6 +83,37 @@ class QuantTable:
                   if self.weight_group == 1 else f"one per {self.weight_group} output channels")
         rounding = f"; {len(self.adarounded)} rounded by AdaRound" if self.adarounded else ""
         return f"{chosen}; {grouped} of {len(self.weights)} weighted layers use more than one scale{rounding}"
+
+
+def axis_array(per_index, axis: int, rank: int) -> np.ndarray:
+    """float32 scales, one per index along `axis`, shaped to broadcast against a `rank`-dim array."""
+    shape = [1] * rank
+    shape[axis] = -1
+    return np.asarray(per_index, np.float32).reshape(shape)
+
+
+def segmented_concats(graph: Graph, handlers, fixed) -> list:
+    """Concat nodes whose output is a model output that nothing else reads (and that a pre-quantized model does
+    not fix): each input keeps its own scale up to the output, which is dequantized to float there anyway."""
+    return [n for n in graph.nodes if handlers[n.name].output_scale == "shared" and n.op_type == "Concat"
+            and graph.is_graph_output(n.outputs[0]) and not graph.consumers(n.outputs[0])
+            and n.outputs[0] not in fixed and sum(1 for i in n.inputs if i) > 1]
+
+
+def _segment_scales(graph: Graph, node, scales: dict[str, float]) -> tuple[int, tuple[float, ...]]:
+    """(axis, one scale per index along it) of a segmented concat: each input's scale over its extent (a
+    constant operand: the scale of its own largest magnitude)."""
+    out = node.outputs[0]
+    rank = len(graph.shapes[out])
+    axis = node.attrs["axis"] % rank
+    per_index: list[float] = []
+    for name in (i for i in node.inputs if i):
+        if name in graph.initializers:
+            value = np.asarray(graph.initializers[name])
+            per_index += [scale_for(float(np.max(np.abs(value))) if value.size else 0.0)] * value.shape[axis]
+        else:
+            per_index += [scales[name]] * graph.shapes[name][axis]
+    return axis, tuple(per_index)
 
 
 def group_scales(w: np.ndarray, axis: int, size: int) -> np.ndarray:
@@ -105,12 +151,13 @@ def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w=None,
     return dataclasses.replace(wq, bias=quantize_bias(b, wq.bias_scales()))
 
 
-def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
+def _scale_groups(graph: Graph, order, handlers, segmented=frozenset()) -> dict[str, str]:
     """Tensors that must share one scale -> a representative (union-find).
 
     A scale-preserving op ("input" rule) ties its output to its input; a "shared" op (Concat) ties all
-    its inputs to its output, so the concatenation moves int8 bytes without requantizing. Tensors whose
-    scale is fixed by a fused Clip(0, hi) never join a group.
+    its inputs to its output, so the concatenation moves int8 bytes without requantizing, except a
+    `segmented` one (node names), whose inputs keep their own scales. Tensors whose scale is fixed by a
+    fused Clip(0, hi) never join a group.
     """
     parent: dict[str, str] = {}
 
@@ -127,7 +174,7 @@ def _scale_groups(graph: Graph, order, handlers) -> dict[str, str]:
         if node.fused.clip or (rule == "input" and acts and acts[0] in fixed):
             fixed.add(out)
             continue
-        tied = acts[:1] if rule == "input" else acts if rule == "shared" else []
+        tied = acts[:1] if rule == "input" else acts if rule == "shared" and node.name not in segmented else []
         for t in tied:
             if t not in fixed:
                 parent[find(t)] = find(out)
@@ -194,7 +241,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
     """
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
     fixed = propagate_fixed_scales(graph, order, handlers)
-    groups = _scale_groups(graph, order, handlers)
+    segmented = segmented_concats(graph, handlers, fixed)
+    groups = _scale_groups(graph, order, handlers, frozenset(n.name for n in segmented))
     group_amax: dict[str, float] = {}
     for t, root in groups.items():
         group_amax[root] = max(group_amax.get(root, 0.0), amax.get(t, 0.0))
@@ -236,5 +284,11 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
                 wq = quantize_weights(w, b, s_in, same, axis) if rounded is None else \
                     dataclasses.replace(wq, bias=None if b is None else quantize_bias(b, wq.bias_scales()))
             weights[node.name] = wq
+    axis_scales = {}
+    for node in segmented:
+        axis, per_index = _segment_scales(graph, node, scales)
+        if len(set(per_index)) > 1:
+            axis_scales[node.outputs[0]] = (axis, per_index)
+        scales[node.outputs[0]] = max(per_index)  # equal scales everywhere: the one scale, bytes copied as they are
     return QuantTable(scales, weights, dict(amax), method, num_samples, weight_group, frozenset(keep_float),
-                      tuple(rounder.rounded) if rounder is not None else ())
+                      tuple(rounder.rounded) if rounder is not None else (), axis_scales)

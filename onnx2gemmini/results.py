@@ -7,7 +7,7 @@ present only sometimes.
 """
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 
 class Fp32VsInt8(TypedDict):
@@ -27,9 +27,22 @@ class Int8VsQdq(TypedDict):
     max_lsb: int
 
 
+class Segment(TypedDict):
+    """One input's part of an output made by a Concat (indices [start, stop) along `axis`), against fp32."""
+
+    input: str
+    axis: int
+    start: int
+    stop: int
+    scale: float                   # the int8 scale of its values (its own when the output keeps them)
+    sqnr_db: float | None
+    max_abs: float
+
+
 class OutputDiff(TypedDict):
     fp32_vs_int8: Fp32VsInt8
     int8_vs_ort_qdq: Int8VsQdq
+    segments: NotRequired[list[Segment]]  # only for an output made by a Concat
 
 
 class LayerDiff(TypedDict, total=False):

@@ -66,7 +66,7 @@ def _strided_writer(step: Step, tensors: dict[str, Tensor]) -> bool:
 def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list[str],
                     constants: dict | None = None) -> list[Step]:
     """Concats on the last storage axis (NHWC channels) whose inputs a Gemmini matmul/conv (or an earlier
-    concat) writes at the concat's own scale: those inputs become slices of the concat buffer, written in
+    concat) writes at the concat's own scale (or at their own, for a concat that keeps its inputs' scales): those inputs become slices of the concat buffer, written in
     place, as long as everything else reading them can read strided rows. The concat copies the rest (its
     `in_place` flags say which); a concat left with nothing to copy is dropped. An input that already has
     slices of its own (a nested concat) takes them along. A constant input (in `constants`) is always
@@ -95,8 +95,8 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
                 offset += (constants or {})[tid].shape[-1]
                 continue
             t = tensors[tid]
-            ok = (scale == step.params.out_scale and t.dtype == "int8" and t.view_of is None
-                  and t.slice_of is None and tid not in outputs and tid not in viewed
+            ok = ((scale == step.params.out_scale or step.params.keeps_scales) and t.dtype == "int8"
+                  and t.view_of is None and t.slice_of is None and tid not in outputs and tid not in viewed
                   and step.inputs.count(tid) == 1 and len(writers.get(tid, [])) == 1
                   and _strided_writer(steps[writers[tid][0]], tensors)
                   and all(j == i or _strided_reader(steps[j], tid, tensors) for j in readers.get(tid, [])))
@@ -152,9 +152,11 @@ def densify(plan: Plan) -> Plan:
             steps[concat] = dataclasses.replace(s, params=dataclasses.replace(s.params, in_place=()))
             continue
         last = max(k for k, s in enumerate(steps) if set(s.writes()) & set(parts))
-        scale = tensors[parent].scale
+        scale, keeps = tensors[parent].scale, tensors[parent].scale_axis is not None  # keeps: each part its own
         steps.insert(last + 1, CpuOp(steps[last].node, inputs=tuple(parts), outputs=(parent,),
-                                     params=Concat(len(tensors[parent].shape) - 1, (scale,) * len(parts), scale),
+                                     params=Concat(len(tensors[parent].shape) - 1,
+                                                   tuple(tensors[c].scale if keeps else scale for c in parts), scale,
+                                                   keeps_scales=keeps),
                                      reason="channel slices written in place elsewhere: joined by a copy here"))
     for tid in slices:
         if holds_data(tid):

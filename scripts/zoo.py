@@ -114,11 +114,13 @@ def torchvision_families() -> list[Arch]:
     ]
 
 
-def _yolov8_style():
+def _yolov8_style(decoded: bool = False, size: int = 64):
     """A YOLOv8n-style single-stage detector (width 1/16): Conv-BN-SiLU blocks, C2f blocks (Split, a chain of
     bottlenecks, Concat), SPPF (three 5x5 max-pools), a top-down/bottom-up neck with nearest upsampling,
-    and decoupled heads whose box branch ends in DFL (softmax over 16 bins times their index). Box decoding
-    and NMS stay outside the model, as they do in deployed YOLOv8 exports."""
+    and decoupled heads whose box branch ends in DFL (softmax over 16 bins times their index). NMS stays
+    outside the model. `decoded`: the head as ultralytics exports it, one output [n, 4 + classes, anchors]
+    joining decoded boxes in pixels (centre x, y, width, height: 0..size) and class scores (0..1); otherwise
+    two outputs, the DFL box distances and the scores."""
     torch = _torch()
     nn = torch.nn
 
@@ -185,6 +187,16 @@ def _yolov8_style():
             self.cls = nn.ModuleList(nn.Sequential(ConvBnSilu(c, 16, 3), nn.Conv2d(16, classes, 1)) for c in w[2:])
             self.dfl, self.bins = Dfl(bins), bins
 
+            if decoded:  # anchor centres and strides of the two levels (strides 8 and 16), in pixels
+                points, strides = [], []
+                for stride in (8, 16):
+                    cells = size // stride
+                    ys, xs = np.meshgrid(np.arange(cells) + 0.5, np.arange(cells) + 0.5, indexing="ij")
+                    points.append(np.stack((xs.ravel(), ys.ravel())))
+                    strides.append(np.full(cells * cells, float(stride)))
+                self.register_buffer("anchors", torch.tensor(np.concatenate(points, 1)[None], dtype=torch.float32))
+                self.register_buffer("strides", torch.tensor(np.concatenate(strides)[None, None], dtype=torch.float32))
+
         def forward(self, x):
             p3 = self.p3(self.stem(x))
             p4 = self.p4(p3)
@@ -194,13 +206,20 @@ def _yolov8_style():
             for level, (box, cls) in zip((n3, n4), zip(self.box, self.cls)):
                 boxes.append(box(level).flatten(2))
                 scores.append(cls(level).flatten(2))
-            return self.dfl(torch.cat(boxes, 2)), torch.cat(scores, 2).sigmoid()
+            distances, scores = self.dfl(torch.cat(boxes, 2)), torch.cat(scores, 2).sigmoid()
+            if not decoded:
+                return distances, scores
+            left_top, right_bottom = distances.chunk(2, 1)  # ultralytics' dist2bbox(xywh=True) times the strides
+            x1y1, x2y2 = self.anchors - left_top, self.anchors + right_bottom
+            boxes = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * self.strides
+            return torch.cat((boxes, scores), 1)
 
     return Detector()
 
 
 def detectors() -> list[Arch]:
-    return [Arch("yolov8_style", "yolo", _yolov8_style, (1, 3, 64, 64))]
+    return [Arch("yolov8_style", "yolo", _yolov8_style, (1, 3, 64, 64)),
+            Arch("yolov8_decoded", "yolo", lambda: _yolov8_style(decoded=True), (1, 3, 64, 64))]
 
 
 def export(arch: Arch, path: Path, seed: int = 0) -> Path:

@@ -111,16 +111,22 @@ CONCAT_PART = CFunction("o2g_concat_part", (X, Y, ("outer", Int("size_t")), ("pa
 @cpu_kernel("concat", CONCAT_PART)
 @dataclass(frozen=True)
 class Concat(CpuKernel):
-    """numpy.concatenate, each input requantized to the output's scale where it has another one. Inputs
-    marked `in_place` were written into their channels by their producer (slices.py): not copied again."""
+    """numpy.concatenate, each input requantized to the output's scale where it has another one, or, with
+    `keeps_scales` (a model output with one scale per index, quantize.py), copied as it is. Inputs marked
+    `in_place` were written into their channels by their producer (slices.py): not copied again."""
 
     axis: int
     in_scales: tuple[float, ...]
     out_scale: float
     in_place: tuple[bool, ...] = ()
+    keeps_scales: bool = False
+
+    def part_scales(self) -> tuple[float, ...]:
+        """The scale each input is written at: the output's, or with `keeps_scales` its own."""
+        return self.in_scales if self.keeps_scales else (self.out_scale,) * len(self.in_scales)
 
     def run(self, inputs, out_shapes):
-        return [kernels.concat(inputs, self.axis, self.in_scales, self.out_scale)]
+        return [kernels.concat(inputs, self.axis, self.in_scales, self.part_scales())]
 
     def calls(self, site: CallSite):
         y = site.outputs[0]
@@ -128,16 +134,17 @@ class Concat(CpuKernel):
         if y.shape and self.axis == len(y.shape) - 1:
             total = y.row_stride             # itself a slice of a wider buffer: rows are that wide
         calls, offset = [], 0
-        for x, scale, in_place in zip(site.inputs, self.in_scales, self.in_place or (False,) * len(site.inputs)):
+        for x, scale, out_scale, in_place in zip(site.inputs, self.in_scales, self.part_scales(),
+                                                 self.in_place or (False,) * len(site.inputs)):
             n = x.shape[self.axis]
             if not in_place:
                 calls.append(CCall(CONCAT_PART, (x.arg(), y.arg(), outer, n, inner, total, offset, scale,
-                                                 self.out_scale)))
+                                                 out_scale)))
             offset += n
         return calls
 
     def golden(self, site: CallSite) -> Tolerance:
-        if any(s != self.out_scale for s in self.in_scales):
+        if any(s != t for s, t in zip(self.in_scales, self.part_scales())):
             return FLOAT_REORDERING   # a requantized input: DQ then Q in float32
         return super().golden(site)
 

@@ -194,7 +194,8 @@ class CProgram:
             "/*",
             f" * {c_comment(plan.model_name)} for Gemmini. Write every float32 input (ONNX layout) into",
             f" * {p}_inputs[i], call {p}_run(), read the int8 outputs (ONNX layout) from {p}_outputs[i]",
-            f" * (real value = int8 * {p}_output_scales[i]). Static memory only; not reentrant.",
+            f" * (real value = int8 * {p}_output_scales[i], or per index: see {p}_output_scale_axis).",
+            " * Static memory only; not reentrant.",
             " */",
             f"#define {P}_NUM_INPUTS {len(plan.inputs)}",
             f"#define {P}_NUM_OUTPUTS {len(plan.outputs)}",
@@ -208,8 +209,10 @@ class CProgram:
             lines.append(f"/* input {i}: '{c_comment(t.onnx_name)}' float32 {list(t.shape)} */")
         for i, tid in enumerate(plan.outputs):
             t = plan.tensors[tid]
-            lines.append(f"/* output {i}: '{c_comment(t.onnx_name)}' int8 {list(t.onnx_shape)}, "
-                         f"scale {c_float(t.scale or 1.0)} */")
+            scale = (f"scale {c_float(t.scale or 1.0)}" if t.scale_axis is None else
+                     f"scales per index along axis {t.scale_axis}: "
+                     + ", ".join(f"{n} x {c_float(v)}" for n, v in t.scale_runs()))
+            lines.append(f"/* output {i}: '{c_comment(t.onnx_name)}' int8 {list(t.onnx_shape)}, {scale} */")
         lines += [
             "",
             f"extern float *const {p}_inputs[{P}_NUM_INPUTS];",
@@ -218,6 +221,11 @@ class CProgram:
             f"extern const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS];",
             f"extern const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]; /* values */",
             f"extern const float {p}_output_scales[{P}_NUM_OUTPUTS];",
+            f"/* An output that joins ranges keeps one scale per index along one axis (ONNX layout): then",
+            f"   {p}_output_scale_axis[i] >= 0, value j along it has scale {p}_output_axis_scales[i][j], and",
+            f"   {p}_output_scales[i] is the largest; otherwise the axis is -1 and the pointer 0. */",
+            f"extern const int {p}_output_scale_axis[{P}_NUM_OUTPUTS];",
+            f"extern const float *const {p}_output_axis_scales[{P}_NUM_OUTPUTS];",
             f"extern const char *const {p}_output_names[{P}_NUM_OUTPUTS];",
             "",
             "/* One entry per plan step: the ONNX node name and the cycles of the last run (read_cycles()). */",
@@ -301,6 +309,13 @@ class CProgram:
                 + table(f"const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS]", [self.ptr(o) for o in outs])
                 + table(f"const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]", [str(self.elems(o)) for o in outs])
                 + table(f"const float {p}_output_scales[{P}_NUM_OUTPUTS]", [c_float(t[o].scale or 1.0) for o in outs])
+                + [line for k, o in enumerate(outs) if t[o].scale_axis is not None
+                   for line in table(f"static const float {p}_output{k}_axis_scales[{len(t[o].axis_scales)}]",
+                                     [c_float(v) for v in t[o].axis_scales])]
+                + table(f"const int {p}_output_scale_axis[{P}_NUM_OUTPUTS]",
+                        [str(-1 if t[o].scale_axis is None else t[o].scale_axis) for o in outs])
+                + table(f"const float *const {p}_output_axis_scales[{P}_NUM_OUTPUTS]",
+                        ["0" if t[o].scale_axis is None else f"{p}_output{k}_axis_scales" for k, o in enumerate(outs)])
                 + table(f"const char *const {p}_output_names[{P}_NUM_OUTPUTS]",
                         [c_string(t[o].onnx_name) for o in outs])
                 + table(f"const char *const {p}_layer_names[{P}_NUM_LAYERS]",

@@ -130,8 +130,10 @@ class _Module:
             out.append(f"//   input  %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} float32")
         for tid in plan.outputs:
             t = plan.tensors[tid]
-            out.append(f"//   output %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} int8, "
-                       f"scale {f32_literal(t.scale or 1.0)}")
+            scale = (f"scale {f32_literal(t.scale or 1.0)}" if t.scale_axis is None else
+                     f"scales per index along axis {t.scale_axis}: "
+                     + ", ".join(f"{n} x {f32_literal(v)}" for n, v in t.scale_runs()))
+            out.append(f"//   output %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} int8, {scale}")
         out.append("module {")
         for sym, types in sorted(self.decls.items()):
             out.append(f"  func.func private @{sym}({', '.join(types)}) {C_IFACE}")

@@ -82,6 +82,15 @@ def layer_rows(plan: Plan, node_ops: dict[str, str]) -> list[dict]:
     return rows
 
 
+def output_entry(t) -> dict:
+    """A model output in report.json: name, ONNX shape, scale, and (when it keeps its concat inputs' scales)
+    `axis_scales`: the ONNX axis and one scale per index along it."""
+    entry = {"name": t.onnx_name, "shape": list(t.onnx_shape), "scale": t.scale}
+    if t.scale_axis is not None:
+        entry["axis_scales"] = {"axis": t.scale_axis, "scales": list(t.axis_scales)}
+    return entry
+
+
 def _sum_or_none(rows, key):
     values = [r[key] for r in rows if r["target"] == "gemmini"]
     return None if not values or any(v is None for v in values) else sum(values)
@@ -140,13 +149,14 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
             "path": loaded.path, "sha256": loaded.sha256, "opset": plan.opset,
             "inputs": [{"name": compiled.graph.inputs[i].name, "shape": list(compiled.graph.inputs[i].shape),
                         "scale": plan.tensors[plan.steps[i].outputs[0]].scale} for i in range(len(plan.inputs))],
-            "outputs": [{"name": plan.tensors[t].onnx_name, "shape": list(plan.tensors[t].onnx_shape),
-                         "scale": plan.tensors[t].scale} for t in plan.outputs],
+            "outputs": [output_entry(plan.tensors[t]) for t in plan.outputs],
         },
         "config": plan.config.to_dict(),
         "quantization": {"method": compiled.quant.method, "num_samples": compiled.quant.num_samples,
                          "scheme": "symmetric int8, zero point 0, per-tensor activation scales, int32 bias at "
-                                   "s_in*s_w", "weight_scales": compiled.quant.weight_scheme()},
+                                   "s_in*s_w" + (f"; {len(compiled.quant.axis_scales)} concatenated model output(s) "
+                                                 "keep each input's scale" if compiled.quant.axis_scales else ""),
+                         "weight_scales": compiled.quant.weight_scheme()},
         "passes": compiled.changes,
         "warnings": compiled.warnings,
         "layers": rows,

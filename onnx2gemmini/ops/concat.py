@@ -1,7 +1,11 @@
 """Concat: an int8 copy on the CPU. Its inputs share its scale when quantize.py could tie them (then the
 copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requantized on the way.
-After lowering, slices.concat_in_place lets Gemmini producers write their channels in place instead."""
+A model output that keeps its inputs' scales (quantize.segmented_concats) copies every input as it is and
+carries one scale per index along the axis. After lowering, slices.concat_in_place lets Gemmini producers
+write their channels in place instead."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -19,7 +23,9 @@ NCHW_TO_NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
 @handler("Concat", since=4)
 class ConcatHandler(Handler):
     gemmini = ("none: inputs that a Gemmini matmul/conv produces are written in place into their channel range "
-               "(strided rows, zero copy); the rest is an int8 copy (inputs share the output's scale)")
+               "(strided rows, zero copy); the rest is an int8 copy (inputs share the output's scale, except in a "
+               "model output that nothing else reads: there each input keeps its own, one scale per index along "
+               "the axis)")
     limits = ("in place only on the channel (last storage) axis, for inputs read by nothing but Gemmini convs and "
               "matmuls; inputs with a different fixed scale are requantized (1 LSB tolerance)")
     output_scale = "shared"
@@ -43,6 +49,9 @@ class ConcatHandler(Handler):
             converted = _each_once(lambda t: to_plain(node, ctx, t, lowered), list(sources.values()))
             y = ctx.output(node.output, out_shape)
         sources = dict(zip(sources, converted))
+        segments = ctx.quant.axis_scales.get(node.output)
+        if segments is not None:
+            y = dataclasses.replace(y, scale_axis=segments[0], axis_scales=segments[1])
         lowered.tensors.append(y)
         ids, scales = [], []
         for k, name in enumerate(names):
@@ -50,18 +59,29 @@ class ConcatHandler(Handler):
                 ids.append(sources[name].id)
                 scales.append(sources[name].scale)
                 continue
-            # a constant operand (ViT's class token): int8 at the output's scale, as the golden's Q makes it
+            # a constant operand (ViT's class token): int8 at the output's scale (with axis scales, its own),
+            # as the golden's Q makes it
             value = np.asarray(node.const(name), np.float32)
             cid = ctx.const_id(node.name, f"const{k}")
-            lowered.constants[cid] = quantize(value.transpose(0, 2, 3, 1) if nhwc else value, y.scale)
+            scale = y.scale if segments is None else _own_scale(segments, names, k, node)
+            lowered.constants[cid] = quantize(value.transpose(0, 2, 3, 1) if nhwc else value, scale)
             ids.append(cid)
-            scales.append(y.scale)
-        requant = any(s != y.scale for s in scales)
+            scales.append(scale)
+        keeps = segments is not None
+        requant = not keeps and any(s != y.scale for s in scales)
+        reason = ("concatenation is a memory copy" + (" with requantization of inputs at another scale" if requant
+                  else "") + ("; each input keeps its scale up to the model output" if keeps else ""))
         lowered.steps.append(CpuOp(node.name, inputs=tuple(ids), outputs=(y.id,),
-                                   params=cpu.Concat(axis, tuple(scales), y.scale),
-                                   reason="concatenation is a memory copy" +
-                                   (" with requantization of inputs at another scale" if requant else "")))
+                                   params=cpu.Concat(axis, tuple(scales), y.scale, keeps_scales=keeps),
+                                   reason=reason))
         return lowered
+
+
+def _own_scale(segments, names: list[str], k: int, node: NodeView) -> float:
+    """The scale quantize.py gave operand `k` of a segmented concat: that of its first index along the axis."""
+    axis, per_index = segments
+    start = sum(node.shape(n)[axis] for n in names[:k])
+    return per_index[start]
 
 
 def _each_once(convert, sources: list) -> list:

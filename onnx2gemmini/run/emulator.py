@@ -127,5 +127,5 @@ def dequantize(plan: Plan, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
     result = {}
     for tid in plan.outputs:
         t = plan.tensors[tid]
-        result[t.onnx_name] = outputs[tid].astype(np.float32) * np.float32(t.scale)
+        result[t.onnx_name] = t.dequantize(outputs[tid])
     return result

@@ -629,3 +629,15 @@ def test_light_model_emits_a_valid_module_that_computes_the_model(name):
 def test_light_model_lowered_runs_like_the_emulator(name, host_runtime):
     plan, sample = light(name)
     run_step_checked(plan, host_runtime, [sample])
+
+
+def test_output_with_scales_per_index_runs_like_the_emulator():
+    """A concatenated model output that keeps its inputs' scales (quantize.segmented_concats): the module copies
+    each part's bytes as they are and states the scales in its ABI comment."""
+    from tests.test_output_segments import detector
+    model = detector(class_token=True)
+    plan = compile_model(model, samples=8).plan
+    assert plan.tensors[plan.outputs[0]].scale_axis == 1
+    data = random_dataset(model, 2, 3)
+    text = assert_runs_like_emulator(plan, [data.sample(i) for i in range(2)])
+    assert re.search(r"output %\S+: 'y' 1x9x64 int8, scales per index along axis 1: 4 x \S+, 3 x \S+, 2 x ", text)

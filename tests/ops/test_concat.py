@@ -1,4 +1,6 @@
-"""Concat: an int8 copy with a shared scale (requantizing inputs at another fixed scale)."""
+"""Concat: an int8 copy with a shared scale (requantizing inputs at another fixed scale). A concat that is a
+model output keeps its inputs' scales instead (tests/test_output_segments.py), so the shared-scale cases here
+feed the concat to one more node."""
 import numpy as np
 import pytest
 from onnx import helper
@@ -19,14 +21,15 @@ def fire_module(relu6_branch=False, seed=0):
              helper.make_node("Conv", ["sr", "We3"], ["e3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Clip", ["e3", "lo", "hi"], ["e3r"]) if relu6_branch else
              helper.make_node("Relu", ["e3"], ["e3r"]),
-             helper.make_node("Concat", ["e1r", "e3r"], ["y"], axis=1)]
+             helper.make_node("Concat", ["e1r", "e3r"], ["cat"], axis=1),
+             helper.make_node("MaxPool", ["cat"], ["y"], kernel_shape=[2, 2])]
     return infer_outputs(nodes, {"x": [1, 8, 6, 6]}, inits)
 
 
 def test_fire_module_concat_is_exact_with_shared_scale():
     compiled, result = assert_matches_ort(fire_module())
     s = compiled.quant.scales
-    assert s["e1r"] == s["e3r"] == s["y"]
+    assert s["e1r"] == s["e3r"] == s["cat"] == s["y"]
     assert result["verdict"]["exact_model"]
 
 
@@ -45,17 +48,20 @@ def test_concat_of_inputs_other_axes(axis, shape):
 
 @pytest.mark.parametrize("case", ["class_token_3d", "constant_channels_nhwc"])
 def test_constant_operands_are_quantized_at_the_output_scale(case):
-    """ViT's class token (and position-like constants): int8 at the concat's scale, exactly as the golden's Q."""
+    """ViT's class token (and position-like constants): int8 at the concat's scale, exactly as the golden's Q
+    (the concat feeds a Relu: as a model output, the constant would keep a scale of its own)."""
     r = np.random.default_rng(4)
     if case == "class_token_3d":
-        nodes = [helper.make_node("MatMul", ["x", "m"], ["h"]), helper.make_node("Concat", ["t", "h"], ["y"], axis=1)]
+        nodes = [helper.make_node("MatMul", ["x", "m"], ["h"]), helper.make_node("Concat", ["t", "h"], ["cat"], axis=1)]
         inits = {"m": r.standard_normal((5, 6)).astype(np.float32), "t": r.standard_normal((1, 1, 6)).astype(np.float32)}
         shape = [1, 4, 5]
     else:
         nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-                 helper.make_node("Concat", ["c", "k"], ["y"], axis=1)]
+                 helper.make_node("Concat", ["c", "k"], ["cat"], axis=1)]
         inits = {"w": r.uniform(-0.3, 0.3, (4, 3, 3, 3)).astype(np.float32),
                  "k": r.standard_normal((1, 2, 4, 4)).astype(np.float32)}
         shape = [1, 3, 4, 4]
+    nodes.append(helper.make_node("Relu", ["cat"], ["y"]))
     compiled, result = assert_matches_ort(infer_outputs(nodes, {"x": shape}, inits))
-    assert result["layers"][-1]["op"] == "Concat" and result["layers"][-1]["mismatches_vs_ort_qdq"] == 0
+    concat = next(layer for layer in result["layers"] if layer["op"] == "Concat")
+    assert concat["mismatches_vs_ort_qdq"] == 0 and not compiled.quant.axis_scales
