@@ -224,7 +224,7 @@ def from_onnx(model: onnx.ModelProto) -> Graph:
                                    f"with float32 inputs and outputs")
         if vi.name not in shapes or any(d < 0 for d in shapes[vi.name]):
             raise ModelError(f"tensor '{vi.name}' has no static shape after shape inference; "
-                             f"fix it with --input-shape")
+                             f"fix it with --input-shape{_custom_ops_hint(g)}")
         return ValueInfo(vi.name, shapes[vi.name], dtypes[vi.name])
 
     inputs = [info(vi) for vi in g.input if vi.name not in initializers]
@@ -236,6 +236,16 @@ def from_onnx(model: onnx.ModelProto) -> Graph:
                 raise ModelError(f"node '{node.name}' ({node.op_type}): output '{out}' has no static shape "
                                  f"after shape inference")
     return graph
+
+
+def _custom_ops_hint(g: onnx.GraphProto) -> str:
+    """Why a shape may be unknown whatever the input shapes: ONNX infers no shapes through ops outside its
+    own domain (onnxruntime's com.microsoft ops), and then drops its errors downstream."""
+    custom = [n for n in g.node if n.domain not in ("", "ai.onnx")]
+    if not custom:
+        return ""
+    named = ", ".join(f"{n.domain}.{n.op_type} '{n.name}'" for n in custom[:3])
+    return f" (or the ops ONNX cannot infer shapes through: {named}{', ...' if len(custom) > 3 else ''})"
 
 
 def topological(nodes: Iterable[Node], available: Iterable[str]) -> list[Node]:

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference, version_converter
 
-from . import fold_shapes, limits, qlinear
+from . import dynamic_quant, fold_shapes, limits, qlinear
 from .errors import ModelError, UsageError
 
 log = logging.getLogger("onnx2gemmini")
@@ -481,6 +481,10 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
                              f"{str(exc).splitlines()[0][:200]}") from None
     _fix_input_shapes(model, input_shapes or {})
     _lift_constants(model)
+    if dynamic_quant.has_dynamic(model):
+        done = dynamic_quant.rewrite(model)
+        log.info("dynamically quantized model: %d integer ops turned back into float with their weights "
+                 "dequantized; calibrated like a float model", done)
     if qlinear.has_qoperators(model):
         qlinear.rewrite(model)
     if simplify and any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
