@@ -856,6 +856,21 @@ def ort_quantize(path: Path, out: Path, name: str, calib: np.ndarray, method: st
     return out
 
 
+def ort_source(model: Model, tmp: Path) -> Path:
+    """The file quantize_static starts from: the model's own, or for a model shipped dynamically quantized
+    (dddd_rec_old; quantize_static cannot quantize it again) the float model onnx2gemmini compiles it as."""
+    import onnx
+
+    from onnx2gemmini import dynamic_quant
+    proto = onnx.load(str(model.path()))
+    if not dynamic_quant.has_dynamic(proto):
+        return model.path()
+    dynamic_quant.rewrite(proto)
+    out = tmp / f"{model.key}_float.onnx"
+    onnx.save(proto, str(out))
+    return out
+
+
 # --------------------------------------------------------------------------------------------- workers
 
 _W: dict = {}
@@ -877,6 +892,14 @@ def output_figures(ref: list[dict], got: list[dict]) -> dict:
         b = np.concatenate([g[name].ravel() for g in got])
         figs[name] = {"sqnr_db": sqnr_db(a, b), "cosine": cosine(a, b)}
     return figs
+
+
+def per_sample_power(ref: list[dict], got: list[dict], name: str) -> dict:
+    """Per evaluation sample, the signal and noise power of output `name`: what the margin's bootstrap
+    interval resamples."""
+    signal = [float(np.sum(np.square(r[name].astype(np.float64)))) for r in ref]
+    noise = [float(np.sum(np.square(g[name].astype(np.float64) - r[name]))) for r, g in zip(ref, got)]
+    return {"signal": signal, "noise": noise}
 
 
 def producers(graph) -> dict[str, str]:
@@ -916,10 +939,11 @@ def evaluate(row: dict) -> dict:
         else:
             result["method"] = row["method"]
             qdq = Path(_W["tmp"]) / f"{model.key}_ort_{row['method']}.onnx"
-            ort_quantize(model.path(), qdq, model.input, _W["calib"], row["method"])
+            ort_quantize(ort_source(model, Path(_W["tmp"])), qdq, model.input, _W["calib"], row["method"])
             got = run_ort(qdq, model.input, _W["eval"])
         ref = _W["fp32"]
         result["outputs"] = output_figures(ref, got)
+        result["per_sample"] = per_sample_power(ref, got, model.primary)
         result["sqnr_db"] = result["outputs"][model.primary]["sqnr_db"]
         result["cosine"] = result["outputs"][model.primary]["cosine"]
         result["task"] = model.task(ref, got, _W["meta"])
@@ -1094,9 +1118,34 @@ def default_margin(entry: dict):
     return None if d is None or not others else d - max(others)
 
 
+BOOTSTRAP = 2000
+
+
+def margin_interval(entry: dict, level: float = 0.95) -> tuple[float, float] | None:
+    """A paired bootstrap interval of the margin: the evaluation samples resampled with replacement (the same
+    draw for both rows), the default's SQNR minus its strongest rival's (minmax or onnxruntime's best) on each
+    draw. An interval that straddles 0 says the evaluation data cannot tell the two apart."""
+    rows = [r for r in entry.get("rows", []) if "error" not in r and r.get("sqnr_db") is not None]
+    default = next((r for r in rows if r["label"] == DEFAULT_LABEL), None)
+    rivals = [r for r in rows if r["label"] == "minmax" or r["kind"] == "ort"]
+    if default is None or not rivals or "per_sample" not in default:
+        return None
+    rival = max(rivals, key=lambda r: r["sqnr_db"])
+    signal = np.asarray(default["per_sample"]["signal"])
+    a, b = np.asarray(default["per_sample"]["noise"]), np.asarray(rival["per_sample"]["noise"])
+    draws = np.random.default_rng(0).integers(0, len(signal), (BOOTSTRAP, len(signal)))
+    with np.errstate(divide="ignore"):
+        margins = 10 * np.log10(b[draws].sum(1) / a[draws].sum(1))  # the signal cancels: same samples
+    margins = margins[np.isfinite(margins)]
+    if not margins.size:
+        return None
+    lo, hi = np.quantile(margins, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def summary(results: dict) -> None:
     print("\n=== summary: output SQNR (dB) of the defaults, minmax, the best onnx2gemmini row and onnxruntime; "
-          "margin = default - max(minmax, onnxruntime's best)")
+          "margin = default - max(minmax, onnxruntime's best), with its 95% paired bootstrap interval")
     print(f"    {'model':12} {'default':>8} {'minmax':>8} {'best ours':>10}  {'':34} {'ort MinMax':>10} "
           f"{'ort best':>9} {'margin':>7}")
     for key, e in results.items():
@@ -1109,7 +1158,7 @@ def summary(results: dict) -> None:
         best_ort = max((r["sqnr_db"] for r in rows if r["kind"] == "ort"), default=None)
         print(f"    {key:12} {fmt(sqnr_of(e, DEFAULT_LABEL)):>8} {fmt(sqnr_of(e, 'minmax')):>8} "
               f"{fmt(best and best['sqnr_db']):>10}  {(best['label'] if best else '')[:34]:34} "
-              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(best_ort):>9} {fmt(default_margin(e)):>7}")
+              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(best_ort):>9} {margin_text(e):>24}")
 
 
 README_BEGIN = "<!-- real-model benchmark: generated by scripts/bench_real_models.py --readme; do not edit -->"
@@ -1122,7 +1171,7 @@ def markdown_summary(results: dict, header: str) -> str:
     from onnx2gemmini.emit.names import markdown as cell
 
     lines = [header, "", "| model | default: SQNR dB, task figure | best onnx2gemmini row | onnxruntime's best | "
-             "margin dB |", "|---|---|---|---|---|"]
+             "margin dB (95% interval) |", "|---|---|---|---|---|"]
     for key, e in results.items():
         if e["status"] != "ok":
             lines.append(f"| {cell(key)} | {cell(e['status'] + ': ' + e['error'][:120])} | | | |")
@@ -1137,8 +1186,13 @@ def markdown_summary(results: dict, header: str) -> str:
             return "" if r is None else f"{r['label']}: {fmt(r['sqnr_db'])}, {r['task']['text']}"
         lines.append("| " + " | ".join(cell(c) for c in (
             key, described(default) if default else "", described(best), described(ort_best),
-            fmt(default_margin(e)))) + " |")
+            margin_text(e))) + " |")
     return "\n".join(lines) + "\n"
+
+
+def margin_text(entry: dict) -> str:
+    interval = margin_interval(entry)
+    return fmt(default_margin(entry)) + ("" if interval is None else f" ({interval[0]:+.2f} to {interval[1]:+.2f})")
 
 
 def write_readme(path: Path, text: str) -> None:
@@ -1250,12 +1304,15 @@ def main() -> None:
             f"(onnx2gemmini {source_state()}, onnxruntime {ort.__version__}, data seed {args.seed}). Output SQNR "
             "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
             "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
-            f"tensor, {'MinMax: the quick run has no other method' if args.quick else 'MinMax / Entropy / Percentile'}).")))
+            f"tensor, {'MinMax: the quick run has no other method' if args.quick else 'MinMax / Entropy / Percentile'}); "
+            f"in brackets, the margin's 95% paired bootstrap interval over the evaluation samples ({BOOTSTRAP} "
+            "draws): one that straddles 0 means these samples cannot tell the two apart.")))
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
         e["range_notes"] = range_notes(e)
         e["default_margin_db"] = default_margin(e)
+        e["default_margin_interval_db"] = margin_interval(e)
     margins = sorted((m, k) for k, e in done.items() if (m := e["default_margin_db"]) is not None)
     # per layer: the model where the default does worst against minmax / onnxruntime, and the PP-OCR detector
     for key in dict.fromkeys([k for _, k in margins[:1]] + [k for k in ("ppocr_det",) if k in done]):
