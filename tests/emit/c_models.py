@@ -90,7 +90,12 @@ def concat(requantized=False):
         inits.update(lo=np.float32(0), hi=np.float32(6))
         nodes.append(("Clip", ["c2", "lo", "hi"], ["c3"], {}))
         second = "c3"
-    nodes.append(("Concat", ["c1", second], ["y"], {"axis": 1}))
+    if not requantized:
+        nodes.append(("Concat", ["c1", second], ["y"], {"axis": 1}))  # a model output: each input keeps its scale
+        return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
+    # read again, so the concat shares one scale and requantizes the Clip's fixed-scale input
+    nodes += [("Concat", ["c1", second], ["cat"], {"axis": 1}),
+              ("MaxPool", ["cat"], ["y"], {"kernel_shape": [2, 2], "strides": [2, 2]})]
     return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
 
 
