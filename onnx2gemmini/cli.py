@@ -80,8 +80,10 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 
 
 class _LowerFormatter(logging.Formatter):
+    """`warning: ...` lines; model names in them reach the terminal escaped, as error lines do."""
+
     def format(self, record):
-        return f"{record.levelname.lower()}: {record.getMessage()}"
+        return f"{record.levelname.lower()}: {ascii_text(record.getMessage())}"
 
 
 def _command_line() -> str:

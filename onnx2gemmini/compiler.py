@@ -30,7 +30,7 @@ from .planner import build_plan, preflight
 from .ops import keep_float as keep_float_mod
 from .ops.registry import handlers_for
 from .quality import STATS_SAMPLES
-from .quantize import QuantTable, build_table, propagate_fixed_scales
+from .quantize import QuantTable, build_table, joined_ranges, propagate_fixed_scales
 from .run.emulator import Emulator, dequantize
 
 log = logging.getLogger("onnx2gemmini")
@@ -244,6 +244,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
                             {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales], kept,
                             Rounder.from_data(graph, build_float(graph), data) if adaround and data is not None
                             else None)
+    warnings += joined_ranges(graph, quant)
     with phase("plan"):
         name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
         plan = build_plan(graph, quant, cfg, name, loaded.sha256)

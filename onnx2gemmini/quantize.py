@@ -100,6 +100,27 @@ def segmented_concats(graph: Graph, handlers, fixed) -> list:
             and n.outputs[0] not in fixed and sum(1 for i in n.inputs if i) > 1]
 
 
+JOINED_RATIO = 100.0  # a concat joining ranges further apart than this is worth a warning
+
+
+def joined_ranges(graph: Graph, quant: "QuantTable") -> list[str]:
+    """Warnings for concats inside the network that join ranges JOINED_RATIO or more apart: they share one
+    scale (their reader needs one), so the smaller inputs keep only a few int8 levels. Model outputs keep
+    each input's scale instead (segmented_concats) and are not listed."""
+    lines = []
+    for node in graph.nodes:
+        out = node.outputs[0] if node.outputs else ""
+        if node.op_type != "Concat" or out in quant.axis_scales or out not in quant.scales:
+            continue
+        ranges = [quant.amax.get(i, 0.0) for i in node.inputs if i and i not in graph.initializers]
+        ranges = [r for r in ranges if r > 0]
+        if len(ranges) > 1 and max(ranges) >= JOINED_RATIO * min(ranges):
+            levels = min(ranges) / quant.scales[out]
+            lines.append(f"Concat '{node.name}' joins ranges {min(ranges):.3g} to {max(ranges):.3g} under one int8 "
+                         f"scale: its smallest input keeps about {max(levels, 0.0):.1f} of 127 levels")
+    return lines
+
+
 def _segment_scales(graph: Graph, node, scales: dict[str, float]) -> tuple[int, tuple[float, ...]]:
     """(axis, one scale per index along it) of a segmented concat: each input's scale over its extent (a
     constant operand: the scale of its own largest magnitude)."""

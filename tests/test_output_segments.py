@@ -83,6 +83,7 @@ def test_scores_keep_their_scale_and_match_the_golden_exactly():
     assert per_index[:4] == (boxes["scale"],) * 4 and per_index[4:] == (scores["scale"],) * 3
     assert 0.5 / 127 < scores["scale"] <= 1 / 127 and boxes["scale"] > 50 * scores["scale"]
     assert scores["sqnr_db"] > 30, scores
+    assert not [w for w in compiled.warnings if "joins ranges" in w]
     # The one model output tensor in the plan carries the same scales; the emulator dequantizes with them.
     out = compiled.plan.tensors[compiled.plan.outputs[0]]
     assert out.scale_axis == 1 and out.axis_scales == per_index and out.scale == max(per_index)
@@ -118,6 +119,10 @@ def test_a_concat_read_by_another_node_keeps_one_scale():
     compiled, result = compiled_and_diff(model, samples=2)
     assert compiled.quant.axis_scales == {} and result["verdict"]["passed"]
     assert segment(result, "y", "scores")["scale"] == segment(result, "y", "boxes")["scale"]
+    # ... and the compile says so: the scores keep about one of 127 levels
+    [warning] = [w for w in compiled.warnings if w.startswith("Concat 'join' joins ranges")]
+    levels = float(warning.split("keeps about ")[1].split(" ")[0])
+    assert 0.2 < levels < 2
 
 
 def test_equal_ranges_stay_one_scale():
