@@ -134,16 +134,32 @@ def test_equal_ranges_stay_one_scale():
         assert out.scale_axis is None and out.axis_scales == ()
 
 
-def test_c_program_computes_the_emulator_bytes_and_exports_the_scales(tmp_path):
+def convs_in_place():
+    """Two convs whose outputs Gemmini writes in place into the concatenated NCHW model output (transposed to
+    ONNX order at the end): the concat step is gone, and the scales must survive the transpose."""
+    r = rng(6)
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1], name="wide"),
+             helper.make_node("Conv", ["x", "W2"], ["c2"], name="narrow"),
+             helper.make_node("Concat", ["c1", "c2"], ["y"], axis=1, name="join")]
+    inits = {"W1": r.normal(0, 3.0, (4, 3, 3, 3)).astype(np.float32),
+             "W2": r.normal(0, 0.05, (5, 3, 1, 1)).astype(np.float32)}
+    return infer_outputs(nodes, {"x": [1, 3, 6, 6]}, inits)
+
+
+@pytest.mark.parametrize("make", [lambda: detector(class_token=True), convs_in_place], ids=["copied", "in_place"])
+def test_c_program_computes_the_emulator_bytes_and_exports_the_scales(tmp_path, make):
     if shutil.which("make") is None or shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("needs make and a C compiler")
-    model = detector(class_token=True)
+    model = make()
     compiled = o2g.compile(model, calib=random_dataset(model, 8, 0, 0.0, 1.0))
+    if make is convs_in_place:
+        assert not [s for s in compiled.plan.steps if getattr(s, "op", "") == "concat"]
     c_dir = write_c(compiled.plan, tmp_path / "c", *selftest_case(compiled.plan, None), "test_segments")
     header = (c_dir / "model.h").read_text()
     source = (c_dir / "model.c").read_text()
     assert re.search(r"extern const int \w+_output_scale_axis\[", header)
-    table = re.search(r"_output0_axis_scales\[9\] = \{(.*?)\};", source, re.S).group(1)
+    count = len(compiled.quant.axis_scales["y"][1])
+    table = re.search(rf"_output0_axis_scales\[{count}\] = \{{(.*?)\}};", source, re.S).group(1)
     values = [float.fromhex(v.strip().rstrip("f")) for v in table.split(",") if v.strip()]
     np.testing.assert_array_equal(np.float32(values), np.float32(compiled.quant.axis_scales["y"][1]))
     assert re.search(r"_output_scale_axis\[\w+\] = \{\s*1,\s*\}", source)
