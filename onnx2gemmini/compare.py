@@ -25,7 +25,7 @@ from .golden import build_float, build_qdq, input_tensor_name
 from .metrics import cosine, sqnr_db, top1_agreement
 from .numerics import quantize, resadd_mismatch_rate, resadd_tolerance
 from .parallel import map_ordered
-from .plan import CpuOp, GlobalAverage, Resadd, Tensor
+from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
 from .tolerance import EXACT, Tolerance
 
@@ -39,6 +39,9 @@ def step_tolerance(step, plan) -> Tolerance:
                          "resadd rounds the smaller-scale input to int8 first")
     if isinstance(step, GlobalAverage):
         return Tolerance(1, min(1.0, 2.0 / (step.dim * step.dim)), "global average: ties and float division")
+    if isinstance(step, Matmul) and step.mean_of:
+        return Tolerance(1, min(1.0, 2.0 / step.mean_of), "global average: int32 sum times a multiplier, against "
+                         "onnxruntime's float mean")
     if isinstance(step, CpuOp):
         return step.golden_tolerance(plan.call_site(step))
     return EXACT

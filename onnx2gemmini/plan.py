@@ -139,6 +139,7 @@ class Matmul(Step):
     repeating_bias: bool = True
     tiles: dict | None = None  # {"tile_I", "tile_J", "tile_K"} in DIM blocks; None = gemmini.h's heuristic
     heuristic_hazard: str = ""  # why gemmini.h's own tiles for this call are unsafe (then never used)
+    mean_of: int = 0  # a global average of this many values as a matmul by ones (ops/pool.py); 0: a product
 
     def reads(self):
         return (self.A, self.B) + ((self.D,) if self.D else ())

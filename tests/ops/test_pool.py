@@ -1,9 +1,16 @@
-"""Pooling: max-pool on the CPU when not fused, average pools, global average on Gemmini."""
+"""Pooling: max-pool on the CPU when not fused, average pools, global average on Gemmini (a matmul by ones at
+its own scale, or the hardware's average at the input's)."""
+from unittest import mock
+
 import numpy as np
 import pytest
 from onnx import helper
 
+import onnx2gemmini as o2g
 from onnx2gemmini import kernels
+from onnx2gemmini.compare import run_diff
+from onnx2gemmini.data import Dataset
+from onnx2gemmini.ops.pool import GlobalAveragePoolHandler
 from tests.helpers import assert_matches_ort, infer_outputs
 
 
@@ -46,10 +53,41 @@ def test_avgpool_within_tolerance(case):
 
 @pytest.mark.parametrize("shape", [(1, 16, 7, 7), (2, 5, 4, 4), (1, 8, 3, 5)], ids=["7x7", "batch2", "non_square"])
 def test_global_average_within_tolerance(shape):
+    """At its own scale: one Gemmini matmul by a row of ones per batch, whatever the map's shape."""
     compiled, result = assert_matches_ort(pool_model("GlobalAveragePool", shape), samples=6)
-    kinds = [s.kind for s in compiled.plan.steps]
-    assert ("global_average" in kinds) == (shape[2] == shape[3])
+    means = [s for s in compiled.plan.steps if s.kind == "matmul"]
+    assert len(means) == shape[0] and all(s.mean_of == shape[2] * shape[3] and s.I == 1 for s in means)
     assert result["layers"][0]["tolerance_lsb"] == 1
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 7, 7), (1, 8, 3, 5)], ids=["square", "non_square"])
+def test_global_average_at_the_input_scale_stays_the_hardware_average(shape):
+    """When a concat ties the mean's scale to its input's, Gemmini's global average (square maps) or the CPU's."""
+    with mock.patch.object(GlobalAveragePoolHandler, "output_scale", "input"):
+        compiled, result = assert_matches_ort(pool_model("GlobalAveragePool", shape), samples=6)
+    kinds = [s.kind for s in compiled.plan.steps]
+    assert ("global_average" in kinds) == (shape[2] == shape[3]) and "matmul" not in kinds
+    assert result["layers"][0]["tolerance_lsb"] == 1
+
+
+def test_the_mean_keeps_its_own_scale():
+    """A map with one large value per channel: its mean is a fraction of its range. At the input's scale the
+    mean keeps a few int8 levels; at its own it keeps all of them (the negative control is the input's scale)."""
+    model = pool_model("GlobalAveragePool", (1, 16, 7, 7))
+    r = np.random.default_rng(3)
+    x = r.uniform(0, 1, (12, 1, 16, 7, 7)).astype(np.float32)
+    x[:, :, :, 3, 3] = 20.0
+    data = Dataset({"x": x}, None, "spiky maps")
+
+    def mean_sqnr():
+        compiled = o2g.compile(model, calib=data)
+        result = run_diff(compiled, data)
+        assert result["verdict"]["passed"], result["verdict"]["failures"]
+        return result["outputs"]["y"]["fp32_vs_int8"]["sqnr_db"]
+    own = mean_sqnr()
+    with mock.patch.object(GlobalAveragePoolHandler, "output_scale", "input"):
+        shared = mean_sqnr()
+    assert own > 40 and own > shared + 12, (own, shared)
 
 
 def test_global_average_rounds_half_to_even_like_the_hardware():
