@@ -295,8 +295,9 @@ MODELS = {
                     ["@o2g_rt_avgpool"]),
     "averagepool_count_pad": (lambda: _after_conv("AveragePool", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
                                                   count_include_pad=1), ["@o2g_rt_avgpool"]),
-    "global_average": (lambda: _after_conv("GlobalAveragePool"), ["@o2g_rt_global_average"]),
-    "global_average_rect": (lambda: _unary("GlobalAveragePool", shape=(2, 3, 4, 6)), ["@o2g_rt_avgpool"]),
+    # at its own scale, a matmul by a row of ones (ops/pool.py); at the input's, ReduceMean below
+    "global_average": (lambda: _after_conv("GlobalAveragePool"), ["gemmini.tile_matmul"]),
+    "global_average_rect": (lambda: _unary("GlobalAveragePool", shape=(2, 3, 4, 6)), ["gemmini.tile_matmul"]),
     "relu_standalone": (lambda: _unary("Relu"), ["@o2g_rt_clip"]),
     "clip_standalone": (lambda: _unary("Clip"), ["@o2g_rt_clip"]),
     "flatten_after_conv": (lambda: _after_conv("Flatten"), ["@o2g_rt_transpose", "memref.reshape"]),
@@ -606,7 +607,7 @@ func.func @f(%x: memref<1x5x5x1xi8>, %w: memref<9x2xi8>, %b: memref<2xi32>, %y: 
 
 LIGHT_MODELS = {  # name: (tile ops, runtime calls that must appear)
     "resnet50": ({"gemmini.tile_conv": 20, "gemmini.tile_matmul": 34}, {"@o2g_rt_resadd": 16}),
-    "squeezenet": ({"gemmini.tile_conv": 9, "gemmini.tile_matmul": 17}, {"@o2g_rt_concat_part": 16}),
+    "squeezenet": ({"gemmini.tile_conv": 9, "gemmini.tile_matmul": 18}, {"@o2g_rt_concat_part": 16}),
 }
 
 
