@@ -41,6 +41,14 @@ def multiplier(s_in: float, s_w: float, s_out: float) -> float:
     return float(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
 
 
+def along_axis(values, axis: int, rank: int) -> np.ndarray:
+    """float32 `values`, one per index along `axis`, shaped to broadcast against a `rank`-dim array (per-axis
+    scales: a model output that keeps its concat inputs' scales)."""
+    shape = [1] * rank
+    shape[axis] = -1
+    return np.asarray(values, np.float32).reshape(shape)
+
+
 def quantize(x: np.ndarray, scale: float, lo: int = INT8_MIN) -> np.ndarray:
     """ONNX QuantizeLinear to int8 with zero point 0: float32 true division, round half to even,
     saturate to [lo, 127] (lo=0 quantizes and applies a ReLU in one go: the zero point is 0).

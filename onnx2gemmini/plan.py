@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .cpu import CallSite, CpuKernel, Operand
+from .numerics import along_axis
 from .tolerance import Tolerance
 
 NO_ACTIVATION, RELU = 0, 1
@@ -56,10 +57,8 @@ class Tensor:
         `scale_axis`."""
         if self.scale_axis is None:
             return np.float32(self.scale)
-        axis = (0, 3, 1, 2).index(self.scale_axis) if self.layout == "NHWC" else self.scale_axis
-        shape = [1] * len(self.shape)
-        shape[axis] = -1
-        return np.asarray(self.axis_scales, np.float32).reshape(shape)
+        axis = (0, 3, 1, 2).index(self.scale_axis) if self.layout == "NHWC" else self.scale_axis  # ONNX -> storage
+        return along_axis(self.axis_scales, axis, len(self.shape))
 
     def scale_runs(self) -> list[tuple[int, float]]:
         """`axis_scales` as (count, scale) runs, for comments: a detector's output has a few long runs."""

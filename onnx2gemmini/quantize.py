@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import UnsupportedError
 from .graph import Graph, NodeView, topological
-from .numerics import bias_scale, quantize_bias, scale_for, symmetric_int8
+from .numerics import along_axis, bias_scale, quantize_bias, scale_for, symmetric_int8
 
 @dataclass(frozen=True)
 class WeightQuant:
@@ -74,7 +74,7 @@ class QuantTable:
         if tensor not in self.axis_scales:
             return np.float32(self.scales[tensor])
         axis, per_index = self.axis_scales[tensor]
-        return axis_array(per_index, axis, rank)
+        return along_axis(per_index, axis, rank)
 
     def weight_scheme(self) -> str:
         """How the weight scales were chosen, for the report."""
@@ -83,13 +83,6 @@ class QuantTable:
                   if self.weight_group == 1 else f"one per {self.weight_group} output channels")
         rounding = f"; {len(self.adarounded)} rounded by AdaRound" if self.adarounded else ""
         return f"{chosen}; {grouped} of {len(self.weights)} weighted layers use more than one scale{rounding}"
-
-
-def axis_array(per_index, axis: int, rank: int) -> np.ndarray:
-    """float32 scales, one per index along `axis`, shaped to broadcast against a `rank`-dim array."""
-    shape = [1] * rank
-    shape[axis] = -1
-    return np.asarray(per_index, np.float32).reshape(shape)
 
 
 def segmented_concats(graph: Graph, handlers, fixed) -> list:

@@ -115,13 +115,13 @@ def _mean_by_ones(node: NodeView, ctx: LowerContext, x: Tensor, y: Tensor) -> Lo
     lowered.tensors += [flat_x, flat_y]
     lowered.constants[ones] = np.ones((1, h * w), np.int8)
     scale = multiplier(x.scale, 1.0 / (h * w), y.scale)
-    for b in range(n):
-        if n == 1:  # the whole views: no slices (back ends that need dense buffers would copy them)
-            xb, yb = flat_x, flat_y
-        else:
-            xb = ctx.channel_slice(node.name, f"x{b}", flat_x, b * h * w * c, h * w * c, x.scale)
-            yb = ctx.channel_slice(node.name, f"y{b}", flat_y, b * c, c, y.scale)
-            lowered.tensors += [xb, yb]
+    # one batch reads and writes the whole views (no slices, which back ends needing dense buffers would copy)
+    parts = [(flat_x, flat_y)]
+    if n > 1:
+        parts = [(ctx.channel_slice(node.name, f"x{b}", flat_x, b * h * w * c, h * w * c, x.scale),
+                  ctx.channel_slice(node.name, f"y{b}", flat_y, b * c, c, y.scale)) for b in range(n)]
+        lowered.tensors += [t for part in parts for t in part]
+    for xb, yb in parts:
         lowered.steps.append(Matmul(node.name, I=1, J=c, K=h * w, A=ones, B=xb.id, D=None, C=yb.id, stride_A=h * w,
                                     stride_B=c, stride_D=c, stride_C=c, scale=scale, mean_of=h * w))
     return lowered

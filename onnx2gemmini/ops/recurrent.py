@@ -103,32 +103,18 @@ class _Recurrent(Handler):
         return lowered
 
 
-LIMITS = ("directions forward, reverse, bidirectional; layout 0, and 1 between int8 transposes; constant W, R, B "
-          "and initial states (or none); sequence_lens constant and full-length; default activations only; clip "
-          "refused; hidden_size <= 1024; the recurrence a float32 CPU kernel (1 LSB tolerance)")
-LSTM_LIMITS = f"{LIMITS}; peepholes supported, input_forget refused"
-GRU_LIMITS = f"{LIMITS}; linear_before_reset 0 and 1"
+LIMITS = ("directions forward, reverse, bidirectional; layout 0, and 1 (opset 14) between int8 transposes; constant "
+          "W, R, B and initial states (or none); sequence_lens constant and full-length; default activations only; "
+          "clip refused; hidden_size <= 1024; the recurrence a float32 CPU kernel (1 LSB tolerance)")
 
 
 @handler("LSTM", since=7)
 class LSTMHandler(_Recurrent):
-    """ONNX LSTM."""
-    limits = LSTM_LIMITS
-
-
-@handler("LSTM", since=14)
-class LSTMLayoutHandler(_Recurrent):
-    """ONNX LSTM with the layout attribute."""
-    limits = LSTM_LIMITS
+    """ONNX LSTM (opset 14 adds `layout`, which _Recurrent reads with its default)."""
+    limits = f"{LIMITS}; peepholes supported, input_forget refused"
 
 
 @handler("GRU", since=7)
 class GRUHandler(_Recurrent):
-    """ONNX GRU."""
-    limits = GRU_LIMITS
-
-
-@handler("GRU", since=14)
-class GRULayoutHandler(_Recurrent):
-    """ONNX GRU with the layout attribute."""
-    limits = GRU_LIMITS
+    """ONNX GRU (opset 14 adds `layout`, which _Recurrent reads with its default)."""
+    limits = f"{LIMITS}; linear_before_reset 0 and 1"

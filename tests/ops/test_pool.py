@@ -1,5 +1,6 @@
 """Pooling: max-pool on the CPU when not fused, average pools, global average on Gemmini (a matmul by ones at
 its own scale, or the hardware's average at the input's)."""
+import dataclasses
 from unittest import mock
 
 import numpy as np
@@ -11,7 +12,7 @@ from onnx2gemmini import kernels
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.ops.pool import GlobalAveragePoolHandler
-from tests.helpers import assert_matches_ort, infer_outputs
+from tests.helpers import assert_matches_ort, infer_outputs, random_dataset
 
 
 def pool_model(op, shape=(1, 6, 9, 9), **attrs):
@@ -58,6 +59,17 @@ def test_global_average_within_tolerance(shape):
     means = [s for s in compiled.plan.steps if s.kind == "matmul"]
     assert len(means) == shape[0] and all(s.mean_of == shape[2] * shape[3] and s.I == 1 for s in means)
     assert result["layers"][0]["tolerance_lsb"] == 1
+
+
+def test_a_wrong_mean_multiplier_fails_diff():
+    """The 1 LSB tolerance is a budget, not a blank cheque: the mean's multiplier 3% off fails `diff`."""
+    model = pool_model("GlobalAveragePool", (1, 16, 7, 7))
+    compiled = o2g.compile(model, calib=random_dataset(model, 6, 0))
+    steps = tuple(dataclasses.replace(s, scale=s.scale * 1.03) if getattr(s, "mean_of", 0) else s
+                  for s in compiled.plan.steps)
+    broken = dataclasses.replace(compiled, plan=dataclasses.replace(compiled.plan, steps=steps))
+    result = run_diff(broken, random_dataset(model, 6, 1))
+    assert not result["verdict"]["passed"] and result["layers"][0]["max_lsb_vs_ort_qdq"] >= 1
 
 
 @pytest.mark.parametrize("shape", [(1, 16, 7, 7), (1, 8, 3, 5)], ids=["square", "non_square"])
