@@ -1137,26 +1137,40 @@ def default_margin(entry: dict):
 BOOTSTRAP = 2000
 
 
-def margin_interval(entry: dict, level: float = 0.95) -> tuple[float, float] | None:
-    """A paired bootstrap interval of the margin: the evaluation samples resampled with replacement (the same
-    draw for both rows), the default's SQNR minus its strongest rival's (minmax or onnxruntime's best) on each
-    draw. An interval that straddles 0 says the evaluation data cannot tell the two apart."""
+def sqnr_interval(a: dict, b: dict, level: float = 0.95) -> tuple[float, float] | None:
+    """A paired bootstrap interval of row a's output SQNR minus row b's: the evaluation samples resampled with
+    replacement, the same draw for both rows. An interval that straddles 0 says the evaluation data cannot tell
+    the two apart."""
+    if "per_sample" not in a or "per_sample" not in b:
+        return None
+    na, nb = np.asarray(a["per_sample"]["noise"]), np.asarray(b["per_sample"]["noise"])
+    draws = np.random.default_rng(0).integers(0, len(na), (BOOTSTRAP, len(na)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diffs = 10 * np.log10(nb[draws].sum(1) / na[draws].sum(1))  # the signal cancels: same samples
+    diffs = diffs[np.isfinite(diffs)]
+    if not diffs.size:
+        return None
+    lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def margin_interval(entry: dict) -> tuple[float, float] | None:
+    """The margin's interval: the default against its strongest rival (minmax or onnxruntime's best)."""
     rows = [r for r in entry.get("rows", []) if "error" not in r and r.get("sqnr_db") is not None]
     default = next((r for r in rows if r["label"] == DEFAULT_LABEL), None)
     rivals = [r for r in rows if r["label"] == "minmax" or r["kind"] == "ort"]
-    if default is None or not rivals or "per_sample" not in default:
+    if default is None or not rivals:
         return None
-    rival = max(rivals, key=lambda r: r["sqnr_db"])
-    signal = np.asarray(default["per_sample"]["signal"])
-    a, b = np.asarray(default["per_sample"]["noise"]), np.asarray(rival["per_sample"]["noise"])
-    draws = np.random.default_rng(0).integers(0, len(signal), (BOOTSTRAP, len(signal)))
-    with np.errstate(divide="ignore"):
-        margins = 10 * np.log10(b[draws].sum(1) / a[draws].sum(1))  # the signal cancels: same samples
-    margins = margins[np.isfinite(margins)]
-    if not margins.size:
-        return None
-    lo, hi = np.quantile(margins, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    return sqnr_interval(default, max(rivals, key=lambda r: r["sqnr_db"]))
+
+
+def lead_text(best: dict, default: dict | None) -> str:
+    """How far the best onnx2gemmini row is ahead of the default, with the interval of that lead."""
+    if default is None or best is default or best["sqnr_db"] <= default["sqnr_db"]:
+        return ""
+    interval = sqnr_interval(best, default)
+    return f" (+{best['sqnr_db'] - default['sqnr_db']:.2f} dB" + (
+        "" if interval is None else f", 95%: {interval[0]:+.2f} to {interval[1]:+.2f}") + ")"
 
 
 def task_rival(entry: dict) -> dict | None:
@@ -1237,12 +1251,12 @@ def markdown_summary(results: dict, header: str) -> str:
         ort_best = max((r for r in rows if r["kind"] == "ort"), key=lambda r: r["sqnr_db"], default=None)
         rival = task_rival(e)
 
-        def described(r):
-            return "" if r is None else f"{r['label']}: {fmt(r['sqnr_db'])}, {r['task']['text']}"
+        def described(r, lead=""):
+            return "" if r is None else f"{r['label']}: {fmt(r['sqnr_db'])}{lead}, {r['task']['text']}"
         ort_text = described(ort_best) + ("" if rival in (None, ort_best) else
                                           f"; best task figure: {rival['label']}: {rival['task']['text']}")
         lines.append("| " + " | ".join(cell(c) for c in (
-            key, described(default) if default else "", described(best), ort_text,
+            key, described(default) if default else "", described(best, best and lead_text(best, default)), ort_text,
             margin_text(e), task_margin_text(e))) + " |")
     return "\n".join(lines) + "\n"
 
@@ -1250,6 +1264,17 @@ def markdown_summary(results: dict, header: str) -> str:
 def margin_text(entry: dict) -> str:
     interval = margin_interval(entry)
     return fmt(default_margin(entry)) + ("" if interval is None else f" ({interval[0]:+.2f} to {interval[1]:+.2f})")
+
+
+def readme_header(quick: bool, source: str, ort_version: str, seed: int) -> str:
+    return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''} --readme README.md` "
+            f"(onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}). Output SQNR "
+            "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
+            "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
+            f"tensor, {' / '.join(ORT_METHODS)}); task margin = the default's task figure minus onnxruntime's "
+            "best; in brackets, each margin's 95% paired bootstrap interval over the evaluation samples "
+            f"({BOOTSTRAP} draws), and the same for the best onnx2gemmini row's lead over the default: one that "
+            "straddles 0 means these samples cannot tell the two apart.")
 
 
 def write_readme(path: Path, text: str) -> None:
@@ -1330,7 +1355,18 @@ def main() -> None:
                              "itself scales the short side to 736)")
     parser.add_argument("--no-install", action="store_true", help="print the pip commands instead of running them")
     parser.add_argument("--readme", type=Path, help="write the summary table into this README's generated block")
+    parser.add_argument("--from-json", type=Path, metavar="JSON",
+                        help="measure nothing: print the summary of a run that --json saved (and with --readme "
+                             "write its table, headed by the commit and versions that run measured)")
     args = parser.parse_args()
+    if args.from_json:
+        doc = json.loads(args.from_json.read_text())
+        results, settings, env = doc["models"], doc["settings"], doc["environment"]
+        summary(results)
+        if args.readme:
+            write_readme(args.readme, markdown_summary(results, readme_header(
+                settings["quick"], env["source"], env["onnxruntime"], settings["seed"])))
+        return
     if args.det_size % 32 or args.det_size < 64:
         parser.error("--det-size: a multiple of 32, at least 64")
     set_det_size(args.det_size)
@@ -1345,7 +1381,8 @@ def main() -> None:
         print("note: DejaVu fonts not found (apt-get install fonts-dejavu-core); text uses Pillow's default font, "
               "so the figures differ from runs with the fonts")
     import onnx2gemmini
-    print(f"onnx2gemmini {onnx2gemmini.__version__} ({source_state()}), onnxruntime {ort.__version__}, "
+    source = source_state()  # before --readme writes into the checkout
+    print(f"onnx2gemmini {onnx2gemmini.__version__} ({source}), onnxruntime {ort.__version__}, "
           f"numpy {np.__version__}; "
           f"{'quick' if args.quick else 'full'} run, data seed {args.seed}, {args.jobs} worker(s); fonts: "
           f"{', '.join(Path(f).name for f in fonts()) or 'Pillow default'}")
@@ -1358,14 +1395,8 @@ def main() -> None:
             print_model(key, entry)
     summary(results)
     if args.readme:
-        write_readme(args.readme, markdown_summary(results, (
-            f"Measured by `python scripts/bench_real_models.py{' --quick' if args.quick else ''} --readme README.md` "
-            f"(onnx2gemmini {source_state()}, onnxruntime {ort.__version__}, data seed {args.seed}). Output SQNR "
-            "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
-            "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
-            f"tensor, {' / '.join(ORT_METHODS)}); task margin = the default's task figure minus onnxruntime's "
-            "best; in brackets, each margin's 95% paired bootstrap interval over the evaluation samples "
-            f"({BOOTSTRAP} draws): one that straddles 0 means these samples cannot tell the two apart.")))
+        write_readme(args.readme, markdown_summary(results, readme_header(args.quick, source,
+                                                                          ort.__version__, args.seed)))
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
@@ -1387,7 +1418,7 @@ def main() -> None:
                             "layer_samples": args.layer_samples,
                             "det_size": args.det_size,
                             "configurations": configurations(args.quick)},
-               "environment": {"onnx2gemmini": onnx2gemmini.__version__, "source": source_state(),
+               "environment": {"onnx2gemmini": onnx2gemmini.__version__, "source": source,
                                "onnxruntime": ort.__version__,
                                "numpy": np.__version__, "python": sys.version.split()[0],
                                "fonts": [Path(f).name for f in fonts()]},

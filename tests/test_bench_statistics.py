@@ -1,0 +1,105 @@
+"""The real-model benchmark's margins and their bootstrap intervals: what the README's table claims rests on them."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_real_models as B  # noqa: E402
+
+
+def row(label, kind, noise, agree, sqnr=None, signal=None):
+    """A benchmark row with per-sample noise powers and a per-sample 0/1 task figure."""
+    noise = np.asarray(noise, dtype=float)
+    signal = np.ones_like(noise) if signal is None else np.asarray(signal, dtype=float)
+    agree = np.asarray(agree, dtype=float)
+    sqnr = 10 * np.log10(signal.sum() / noise.sum()) if sqnr is None else sqnr
+    return {"label": label, "kind": kind, "sqnr_db": float(sqnr),
+            "per_sample": {"signal": signal.tolist(), "noise": noise.tolist()},
+            "task": {"value": float(agree.mean()), "text": f"{agree.mean():.3f} agree",
+                     "parts": B.parts(agree.tolist())}}
+
+
+def entry(*rows):
+    return {"status": "ok", "rows": list(rows)}
+
+
+def test_halved_noise_is_3db_on_every_draw():
+    rng = np.random.default_rng(1)
+    noise = rng.uniform(0.1, 1.0, 200)
+    lo, hi = B.sqnr_interval(row("a", "ours", noise / 2, [1] * 200), row("b", "ort", noise, [1] * 200))
+    assert lo == pytest.approx(10 * np.log10(2)) and hi == pytest.approx(10 * np.log10(2))
+
+
+def test_interval_straddles_zero_when_one_sample_decides():
+    """One sample carries almost all of the rival's noise: the interval must say the data cannot decide."""
+    a = np.full(150, 1e-4)
+    b = a.copy()
+    b[7] = 1.0
+    lo, hi = B.sqnr_interval(row("a", "ours", a, [1] * 150), row("b", "ort", b, [1] * 150))
+    assert lo <= 0.0 < hi
+
+
+def test_margin_is_against_the_strongest_rival():
+    noise = np.full(50, 0.01)
+    e = entry(row(B.DEFAULT_LABEL, "ours", noise, [1] * 50),
+              row("minmax", "ours", noise * 4, [1] * 50),
+              row("onnxruntime MinMax", "ort", noise * 8, [1] * 50),
+              row("onnxruntime Percentile", "ort", noise * 2, [1] * 50))
+    assert B.default_margin(e) == pytest.approx(10 * np.log10(2))
+    lo, hi = B.margin_interval(e)
+    assert lo == pytest.approx(10 * np.log10(2)) and hi == pytest.approx(10 * np.log10(2))
+
+
+def test_task_margin_against_the_best_onnxruntime_task_figure():
+    n = 100
+    ours = [1] * n
+    worse = [1] * n
+    worse[:5] = [0] * 5
+    better = [1] * n  # ties ours on the task, loses on SQNR: still the task rival
+    e = entry(row(B.DEFAULT_LABEL, "ours", np.full(n, 0.01), ours),
+              row("onnxruntime MinMax", "ort", np.full(n, 0.001), worse),
+              row("onnxruntime Entropy", "ort", np.full(n, 0.1), better))
+    assert B.task_rival(e)["label"] == "onnxruntime Entropy"
+    margin, (lo, hi) = B.task_margin(e)
+    assert margin == 0.0 and lo == 0.0 and hi == 0.0
+    e["rows"].pop()
+    margin, (lo, hi) = B.task_margin(e)
+    assert margin == pytest.approx(0.05)
+    assert 0.0 < lo <= 0.05 <= hi  # 5 paired flips of 100: resampling keeps at least one in 97.5% of draws
+
+
+def test_pooled_task_figure_weights_samples_by_their_denominator():
+    """Detections kept = matched / fp32 boxes pooled over the samples, as the table reports it."""
+    a = {"label": B.DEFAULT_LABEL, "kind": "ours", "sqnr_db": 1.0,
+         "task": {"value": 0.9, "parts": B.parts([9, 0], [9, 1])}}
+    b = {"label": "onnxruntime MinMax", "kind": "ort", "sqnr_db": 1.0,
+         "task": {"value": 0.8, "parts": B.parts([7, 1], [9, 1])}}
+    margin, (lo, hi) = B.task_margin(entry(a, b))
+    assert margin == pytest.approx(0.1)
+    assert lo <= 0.1 <= hi
+
+
+def test_from_json_rewrites_the_readme_block(tmp_path, monkeypatch, capsys):
+    n = 40
+    rows = [row(B.DEFAULT_LABEL, "ours", np.full(n, 0.01), [1] * n),
+            row("minmax", "ours", np.full(n, 0.02), [1] * n),
+            row("onnxruntime Percentile", "ort", np.full(n, 0.04), [1] * (n - 2) + [0, 0])]
+    doc = {"settings": {"quick": True, "seed": 3}, "environment": {"source": "abc1234", "onnxruntime": "9.9"},
+           "models": {"rnet": entry(*rows)}}
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{B.README_BEGIN}\nold\n{B.README_END}\nafter\n")
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "run.json"),
+                                      "--readme", str(readme)])
+    B.main()
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "onnx2gemmini abc1234, onnxruntime 9.9, data seed 3" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| rnet "))
+    assert "| 3.01 (+3.01 to +3.01) |" in line  # the default against its own minmax (the stronger rival)
+    assert line.endswith("| +0.050 (+0.000 to +0.125) |")
+    assert "rnet" in capsys.readouterr().out
