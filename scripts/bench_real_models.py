@@ -51,7 +51,7 @@ default does worst against minmax and onnxruntime (and for the PP-OCR detector) 
 which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
 compiler refuses are listed with its error line and skipped. --json writes every figure.
 
-    python scripts/bench_real_models.py --quick                # ~45 min of 2 cores (see --quick)
+    python scripts/bench_real_models.py --quick                # ~30 min of 2 cores (see --quick)
     python scripts/bench_real_models.py --json real.json       # everything: about 2.5 h of 2 cores
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
 
