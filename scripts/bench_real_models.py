@@ -46,13 +46,13 @@ decoded fp32 and int8 results, and for the default and minmax rows run_diff's ve
 run of the same quantization and its per-layer SQNR. At the end: a summary with two margins, each with
 its 95% paired bootstrap interval over the evaluation samples: the default's output SQNR minus the better of
 minmax and onnxruntime's best, and the default's task figure minus onnxruntime's best task figure. Then, for
-the model where the
-default does worst against minmax and onnxruntime (and for the PP-OCR detector) where the per-layer gap opens,
-which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
+the model where the default does worst against minmax and onnxruntime (and for the PP-OCR detector) where the
+per-layer gap opens, which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
 compiler refuses are listed with its error line and skipped. --json writes every figure.
 
-    python scripts/bench_real_models.py --quick                # ~30 min of 2 cores (see --quick)
-    python scripts/bench_real_models.py --json real.json       # everything: about 2.5 h of 2 cores
+    python scripts/bench_real_models.py --quick                # 30 min on 2 cores (see --quick)
+    python scripts/bench_real_models.py --json real.json       # everything: not timed end to end (9 of the 11
+                                                               # models, without the PP-OCR det/rec: 77 min)
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
@@ -780,6 +780,9 @@ def ours(label: str, layers: bool = False, **changes) -> dict:
 DEFAULT_LABEL = "default (mse, CLE, bias corr.)"
 
 
+ORT_METHODS = ("MinMax", "Entropy", "Percentile")  # every run: onnxruntime's rows are cheap next to ours
+
+
 def configurations(quick: bool) -> list[dict]:
     rows = [ours(DEFAULT_LABEL, layers=True),
             ours("minmax", layers=True, calib_method="minmax"),
@@ -794,9 +797,6 @@ def configurations(quick: bool) -> list[dict]:
                  ours("mse, weight scales: channel", weight_scales="channel")]
     rows += [{"kind": "ort", "label": f"onnxruntime {m}", "method": m} for m in ORT_METHODS]
     return rows
-
-
-ORT_METHODS = ("MinMax", "Entropy", "Percentile")  # every run: onnxruntime's rows are cheap next to ours
 
 
 # ------------------------------------------------------------------------------------ onnxruntime's flow
@@ -1137,21 +1137,30 @@ def default_margin(entry: dict):
 BOOTSTRAP = 2000
 
 
-def sqnr_interval(a: dict, b: dict, level: float = 0.95) -> tuple[float, float] | None:
-    """A paired bootstrap interval of row a's output SQNR minus row b's: the evaluation samples resampled with
-    replacement, the same draw for both rows. An interval that straddles 0 says the evaluation data cannot tell
-    the two apart."""
-    if "per_sample" not in a or "per_sample" not in b:
-        return None
-    na, nb = np.asarray(a["per_sample"]["noise"]), np.asarray(b["per_sample"]["noise"])
-    draws = np.random.default_rng(0).integers(0, len(na), (BOOTSTRAP, len(na)))
+def paired_interval(difference: Callable, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """A paired bootstrap interval: the n evaluation samples resampled with replacement, the same draw for both
+    rows; `difference(draws)` gives the statistic on each draw (draws: BOOTSTRAP x n sample indices). An
+    interval that straddles 0 says the evaluation data cannot tell the two rows apart."""
+    draws = np.random.default_rng(0).integers(0, n, (BOOTSTRAP, n))
     with np.errstate(divide="ignore", invalid="ignore"):
-        diffs = 10 * np.log10(nb[draws].sum(1) / na[draws].sum(1))  # the signal cancels: same samples
+        diffs = difference(draws)
     diffs = diffs[np.isfinite(diffs)]
     if not diffs.size:
         return None
     lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+def interval_text(interval: tuple[float, float] | None, spec: str = "+.2f", before: str = " (") -> str:
+    return "" if interval is None else f"{before}{interval[0]:{spec}} to {interval[1]:{spec}})"
+
+
+def sqnr_interval(a: dict, b: dict) -> tuple[float, float] | None:
+    """The paired interval of row a's output SQNR minus row b's (the signal cancels: same samples)."""
+    if "per_sample" not in a or "per_sample" not in b:
+        return None
+    na, nb = np.asarray(a["per_sample"]["noise"]), np.asarray(b["per_sample"]["noise"])
+    return paired_interval(lambda d: 10 * np.log10(nb[d].sum(1) / na[d].sum(1)), len(na))
 
 
 def margin_interval(entry: dict) -> tuple[float, float] | None:
@@ -1168,9 +1177,8 @@ def lead_text(best: dict, default: dict | None) -> str:
     """How far the best onnx2gemmini row is ahead of the default, with the interval of that lead."""
     if default is None or best is default or best["sqnr_db"] <= default["sqnr_db"]:
         return ""
-    interval = sqnr_interval(best, default)
-    return f" (+{best['sqnr_db'] - default['sqnr_db']:.2f} dB" + (
-        "" if interval is None else f", 95%: {interval[0]:+.2f} to {interval[1]:+.2f}") + ")"
+    lead = f" (+{best['sqnr_db'] - default['sqnr_db']:.2f} dB"
+    return lead + (interval_text(sqnr_interval(best, default), before=", 95%: ") or ")")
 
 
 def task_rival(entry: dict) -> dict | None:
@@ -1180,7 +1188,7 @@ def task_rival(entry: dict) -> dict | None:
     return max(rows, key=lambda r: (r["task"]["value"], r["sqnr_db"]), default=None)
 
 
-def task_margin(entry: dict, level: float = 0.95) -> tuple[float, tuple[float, float] | None] | None:
+def task_margin(entry: dict) -> tuple[float, tuple[float, float] | None] | None:
     """The default's task figure minus onnxruntime's best, with a paired bootstrap interval over the evaluation
     samples (each figure is sum(num) / sum(den) of its per-sample parts; the same draw for both rows)."""
     default = next((r for r in entry.get("rows", []) if r["label"] == DEFAULT_LABEL and "error" not in r), None)
@@ -1192,14 +1200,7 @@ def task_margin(entry: dict, level: float = 0.95) -> tuple[float, tuple[float, f
         return margin, None
     (an, ad), (bn, bd) = ((np.asarray(r["task"]["parts"]["num"]), np.asarray(r["task"]["parts"]["den"]))
                           for r in (default, rival))
-    draws = np.random.default_rng(0).integers(0, len(an), (BOOTSTRAP, len(an)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        margins = an[draws].sum(1) / ad[draws].sum(1) - bn[draws].sum(1) / bd[draws].sum(1)
-    margins = margins[np.isfinite(margins)]
-    if not margins.size:
-        return margin, None
-    lo, hi = np.quantile(margins, [(1 - level) / 2, (1 + level) / 2])
-    return margin, (float(lo), float(hi))
+    return margin, paired_interval(lambda d: an[d].sum(1) / ad[d].sum(1) - bn[d].sum(1) / bd[d].sum(1), len(an))
 
 
 def task_margin_text(entry: dict) -> str:
@@ -1207,7 +1208,16 @@ def task_margin_text(entry: dict) -> str:
     if t is None:
         return "-"
     margin, interval = t
-    return f"{margin:+.3f}" + ("" if interval is None else f" ({interval[0]:+.3f} to {interval[1]:+.3f})")
+    return f"{margin:+.3f}{interval_text(interval, '+.3f')}"
+
+
+def leaders(entry: dict) -> tuple[dict | None, dict | None, dict | None]:
+    """The default row, the best onnx2gemmini row and onnxruntime's best row by output SQNR."""
+    rows = [r for r in entry["rows"] if "error" not in r and r["sqnr_db"] is not None]
+    default = next((r for r in rows if r["label"] == DEFAULT_LABEL), None)
+    best = max((r for r in rows if r["kind"] == "ours"), key=lambda r: r["sqnr_db"], default=None)
+    ort_best = max((r for r in rows if r["kind"] == "ort"), key=lambda r: r["sqnr_db"], default=None)
+    return default, best, ort_best
 
 
 def summary(results: dict) -> None:
@@ -1219,13 +1229,10 @@ def summary(results: dict) -> None:
         if e["status"] != "ok":
             print(f"    {key:12} {e['status']}: {e['error'][:100]}")
             continue
-        rows = [r for r in e["rows"] if "error" not in r and r["sqnr_db"] is not None]
-        ours_rows = [r for r in rows if r["kind"] == "ours"]
-        best = max(ours_rows, key=lambda r: r["sqnr_db"]) if ours_rows else None
-        best_ort = max((r["sqnr_db"] for r in rows if r["kind"] == "ort"), default=None)
+        _, best, ort_best = leaders(e)
         print(f"    {key:12} {fmt(sqnr_of(e, DEFAULT_LABEL)):>8} {fmt(sqnr_of(e, 'minmax')):>8} "
               f"{fmt(best and best['sqnr_db']):>10}  {(best['label'] if best else '')[:34]:34} "
-              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(best_ort):>9} {margin_text(e):>24}  "
+              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(ort_best and ort_best['sqnr_db']):>9} {margin_text(e):>24}  "
               f"{task_margin_text(e)}")
 
 
@@ -1244,11 +1251,7 @@ def markdown_summary(results: dict, header: str) -> str:
         if e["status"] != "ok":
             lines.append(f"| {cell(key)} | {cell(e['status'] + ': ' + e['error'][:120])} | | | | |")
             continue
-        rows = [r for r in e["rows"] if "error" not in r and r["sqnr_db"] is not None]
-        default = next((r for r in rows if r["label"] == DEFAULT_LABEL), None)
-        ours_rows = [r for r in rows if r["kind"] == "ours"]
-        best = max(ours_rows, key=lambda r: r["sqnr_db"]) if ours_rows else None
-        ort_best = max((r for r in rows if r["kind"] == "ort"), key=lambda r: r["sqnr_db"], default=None)
+        default, best, ort_best = leaders(e)
         rival = task_rival(e)
 
         def described(r, lead=""):
@@ -1262,8 +1265,7 @@ def markdown_summary(results: dict, header: str) -> str:
 
 
 def margin_text(entry: dict) -> str:
-    interval = margin_interval(entry)
-    return fmt(default_margin(entry)) + ("" if interval is None else f" ({interval[0]:+.2f} to {interval[1]:+.2f})")
+    return fmt(default_margin(entry)) + interval_text(margin_interval(entry))
 
 
 def readme_header(quick: bool, source: str, ort_version: str, seed: int) -> str:
@@ -1339,8 +1341,9 @@ def source_state() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="fewer calibration samples, fewer evaluation samples for the detectors and text "
-                             "recognizers (the others keep the full run's), no weight-scales rows")
+                        help="fewer calibration samples (the digits nets keep theirs), fewer evaluation samples for "
+                             "the detectors and text recognizers (the others keep the full run's), no "
+                             "weight-scales rows")
     parser.add_argument("--models", default="all", help=f"comma-separated subset of: {','.join(MODELS)}")
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (configurations run in parallel)")
