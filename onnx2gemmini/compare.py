@@ -23,7 +23,7 @@ from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name
 from .metrics import cosine, sqnr_db, top1_agreement
-from .numerics import quantize, resadd_mismatch_rate, resadd_tolerance
+from .numerics import quantize, quantize_accumulator, resadd_mismatch_rate, resadd_tolerance
 from .parallel import map_ordered
 from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
@@ -150,7 +150,9 @@ class _Checker:
             for src, name in zip(layer.inputs, feeds):
                 q = self.int8_value(buffers, src)
                 feed[name] = q.astype(np.float32) * quant.value_scales(src, q.ndim)
-            gold_layer = quantize(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
+            accumulators = self.plan.tensors[self.holders[layer.tensor]].dtype == "int32"  # a full_C matmul's
+            to_int = quantize_accumulator if accumulators else quantize
+            gold_layer = to_int(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
             diff = np.abs(ours - gold_layer)
             ref = np.asarray(ref_values[layer.tensor], np.float64).ravel()
             mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()

@@ -190,7 +190,11 @@ class _Builder:
                 self.node("Reshape", [f"{raw}2d", back], [raw], name=f"{node.name}__Reshape_out")
             else:
                 self.node("Gemm", gemm_in, [raw], name=node.name)
-            self.activation_chain(node, raw)
+            if node.fused.accumulate:  # int32 accumulators out (full_C): the float product, no Q/DQ
+                self.node("Identity", [raw], [f"{out}__preq"], name=f"{out}__preq_Identity")
+                self.node("Identity", [f"{out}__preq"], [out], name=f"{out}__Identity")
+            else:
+                self.activation_chain(node, raw)
         elif op in ("Add", "Sum"):
             self.node("Add", [self.operand(i) for i in ins], [raw], name=node.name)
             self.activation_chain(node, raw)

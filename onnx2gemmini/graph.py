@@ -50,6 +50,9 @@ class Fused:
     # LSTM/GRU whose input projection X·Wᵀ (+ Wb) is a MatMul before it (passes/recurrent_projection.py): its X
     # is that projection and its W the 0/1 selection of each direction's gate columns
     projected: bool = False
+    # that projection MatMul writes Gemmini's raw int32 accumulators (full_C) at scale s_in*s_w, which the
+    # recurrence reads: no int8 rounding or clipping between the projection and the gates
+    accumulate: bool = False
 
 
 @dataclass

@@ -41,18 +41,19 @@ def float32_exact(b: np.ndarray, d: np.ndarray | None) -> bool:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, scale: float, relu: bool,
-           repeating_bias: bool = True, exact_f32: bool = False) -> np.ndarray:
-    """tiled_matmul_auto in WS mode with int8 output. `exact_f32`: float32_exact(b, d) holds (the caller
-    checked it once per weight), so one float32 product, bias add and read-out give the exact result."""
+           repeating_bias: bool = True, exact_f32: bool = False, full_C: bool = False) -> np.ndarray:
+    """tiled_matmul_auto in WS mode with int8 output, or with `full_C` the int32 accumulators themselves.
+    `exact_f32`: float32_exact(b, d) holds (the caller checked it once per weight), so one float32 product,
+    bias add and read-out give the exact result."""
     if exact_f32:
         acc = a.astype(np.float32, copy=False) @ b.astype(np.float32, copy=False)
         if d is not None:
             acc += d.astype(np.float32).reshape(1, -1) if repeating_bias else d.astype(np.float32)
-        return acc_scale(acc, scale, relu)
+        return acc.astype(np.int32) if full_C else acc_scale(acc, scale, relu)
     acc = int8_matmul(a, b)
     if d is not None:  # int32 + int32 wraps like the accumulator
         acc += d.astype(np.int32, copy=False).reshape(1, -1) if repeating_bias else d.astype(np.int32, copy=False)
-    return acc_scale(acc, scale, relu)
+    return acc if full_C else acc_scale(acc, scale, relu)
 
 
 def pad_nhwc(x: np.ndarray, pads: tuple[int, int, int, int], value: int = 0) -> np.ndarray:

@@ -68,6 +68,15 @@ def quantize_value(x: float, scale: float) -> int:
     return int(quantize(np.float32(x), scale))
 
 
+def quantize_accumulator(x: np.ndarray, scale: float) -> np.ndarray:
+    """A float product back to int32 accumulators at `scale` (a full_C matmul's output): the float32 value
+    over the float32 scale in float64 (float32 division would round accumulators above 2^24), round half to
+    even, saturated to int32."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = np.rint(np.asarray(x, np.float32).astype(np.float64) / np.float64(np.float32(scale)))
+    return np.clip(np.nan_to_num(q), INT32_MIN, INT32_MAX).astype(np.int32)
+
+
 def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
     """int8 (or int32) at `scale` -> float32, as ONNX DequantizeLinear does it."""
     return np.asarray(q).astype(np.float32) * np.float32(scale)

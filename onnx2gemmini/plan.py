@@ -119,7 +119,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Matmul(Step):
-    """tiled_matmul_auto / tiled_matmul: C[I][J] = act(scale * (A[I][K] B[K][J] + D)), WS dataflow."""
+    """tiled_matmul_auto / tiled_matmul: C[I][J] = act(scale * (A[I][K] B[K][J] + D)), WS dataflow; with
+    full_C, C is int32 and receives the raw accumulators A·B + D (no scale, no activation)."""
 
     kind: ClassVar[str] = "matmul"
     I: int = 0
@@ -139,6 +140,7 @@ class Matmul(Step):
     tiles: dict | None = None  # {"tile_I", "tile_J", "tile_K"} in DIM blocks; None = gemmini.h's heuristic
     heuristic_hazard: str = ""  # why gemmini.h's own tiles for this call are unsafe (then never used)
     mean_of: int = 0  # a global average of this many values as a matmul by ones (ops/pool.py); 0: a product
+    full_C: bool = False  # C is acc_t: the accumulators read out at full width (config.acc_read_full_width)
 
     def reads(self):
         return (self.A, self.B) + ((self.D,) if self.D else ())

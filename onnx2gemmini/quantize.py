@@ -252,6 +252,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
     weights stay float32 (--keep-float, ops/keep_float.py): they get an output scale but no weight entry.
     `rounder` (adaround.Rounder, --adaround): rounds the weights of the layers it handles, at the scales
     chosen here, to minimise their output error instead of to the nearest integer.
+    A node that writes int32 accumulators (Fused.accumulate) gets one weight scale and the accumulator's
+    scale s_in*s_w as its output's.
     """
     order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
     fixed = propagate_fixed_scales(graph, order, handlers)
@@ -288,7 +290,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
             axes = handler.channel_axis(view)
             axis = axes[1] if axes else None
             s_in = scales[activations[0]]
-            wq = quantize_weights(w, b, s_in, fixed_w, axis, weight_group)
+            accumulates = node.fused.accumulate  # int32 accumulators out: one scale for all their columns
+            wq = quantize_weights(w, b, s_in, fixed_w, axis, 0 if accumulates else weight_group)
             rounded = rounder(node.name, w, wq) if rounder is not None and fixed_w is None else None
             if rounded is not None:
                 wq = dataclasses.replace(wq, q=rounded)
@@ -298,6 +301,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
                 wq = quantize_weights(w, b, s_in, same, axis) if rounded is None else \
                     dataclasses.replace(wq, bias=None if b is None else quantize_bias(b, wq.bias_scales()))
             weights[node.name] = wq
+            if accumulates:
+                scales[node.outputs[0]] = wq.bias_scale
     axis_scales = {}
     for node in segmented:
         axis, per_index = _segment_scales(graph, node, scales)

@@ -383,11 +383,15 @@ def reduce_case(rng, outer, axis_len, inner, kind, in_scale=0.03, out_scale=None
 
 
 def recurrent_case(rng, cell, seq, batch, hidden, directions=1, reverse=False, linear_before_reset=False,
-                   p_scale=0.05, y_scale=1 / 127, state_scale=0.02) -> Case:
+                   p_scale=0.05, y_scale=1 / 127, state_scale=0.02, wide=False) -> Case:
     """The table's own NumPy semantics (cpu.Recurrent.run) as the reference; Y, Y_h (and Y_c) written one
-    after the other into the output region."""
+    after the other into the output region. `wide`: the projections are int32 accumulators (a full_C
+    matmul's), at a scale that gives them the int8 case's range."""
     gates = cpu.recurrent.GATES[cell]
     p = i8(rng, (seq, batch, directions * gates * hidden))
+    if wide:
+        p = rng.integers(-2**20, 2**20, p.shape).astype(np.int32)
+        p_scale = p_scale * 127 / 2**20
     r = (rng.standard_normal((directions, gates * hidden, hidden)) * 0.3).astype(np.float32)
     bias = (rng.standard_normal((directions, gates * hidden)) * 0.2).astype(np.float32)
     peephole = (rng.standard_normal((directions, 3 * hidden)) * 0.2).astype(np.float32)
@@ -399,13 +403,13 @@ def recurrent_case(rng, cell, seq, batch, hidden, directions=1, reverse=False, l
     shapes = [(seq, directions, batch, hidden)] + [(directions, batch, hidden)] * (3 if lstm else 2)
     outs = params.run(inputs, shapes[:3 if lstm else 2])
     n_y, n_h = outs[0].size, outs[1].size
-    ins = ", ".join(f"{{in{k}}}" for k in range(len(inputs)))
+    ins = ", ".join(f"{{in{k}}}" + (f", {int(wide)}" if k == 0 else "") for k in range(len(inputs)))
     ptrs = f"{{out}}, {{out}} + {n_y}" + (f", {{out}} + {n_y + n_h}" if lstm else "")
     shape = f"{seq}, {batch}, {hidden}, {directions}, {int(reverse)}"
     tail = f"{c_float(p_scale)}, {c_float(y_scale)}, {c_float(state_scale)}" + (f", {c_float(state_scale)}" if lstm else "")
     extra = "" if lstm else f"{int(linear_before_reset)}, "
     name = f"{cell} {seq}x{batch}x{hidden} dirs={directions}{' reverse' if reverse else ''}" + \
-        (" linear_before_reset" if linear_before_reset else "")
+        (" linear_before_reset" if linear_before_reset else "") + (" int32 projections" if wide else "")
     return Case(name, cell, f"o2g_{cell}({ins}, {ptrs}, {shape}, {extra}{tail});", inputs,
                 np.concatenate([o.reshape(-1) for o in outs]),
                 {"elem": n_y, "MAC": seq * batch * directions * gates * hidden * hidden}, tol=1)
@@ -479,7 +483,7 @@ def bench_cases(seed: int = 0) -> list[Case]:
         lrn_case(r, 784, 64, 1), lrn_case(r, 1, 64, 196),
         layernorm_case(r, 128, 256), layernorm_case(r, 16, 768),
         reduce_case(r, 1, 196, 64, "mean"), reduce_case(r, 64, 196, 1, "mean"), reduce_case(r, 128, 256, 1, "max"),
-        recurrent_case(r, "lstm", 24, 1, 128, 2), recurrent_case(r, "gru", 24, 1, 128, 2),
+        recurrent_case(r, "lstm", 24, 1, 128, 2, wide=True), recurrent_case(r, "gru", 24, 1, 128, 2, wide=True),
         float_conv_case(r, 1, 28, 28, 32, 32, 3, 1, 1), float_conv_case(r, 1, 14, 14, 64, 64, 3, 1, 1, groups=64),
         float_conv_case(r, 1, 1, 1, 512, 10, 1, 1, 0),  # a classifier kept float: a 512 x 10 matmul
     ]

@@ -251,6 +251,11 @@ def test_matmul_bytes_by_hand():
     # one K tile and one J tile: J0*K0 = 1 <= 2, so B is pinned and loaded once although I0 = 4.
     t = matmul_traffic(64, 64, 64, (1, 4, 4), DEFAULT)
     assert (t["input"], t["weights"]) == (64 * 64, 64 * 64)
+    # full_C: C leaves as int32 accumulators, 4 bytes each; the stores cost the cycle estimate too
+    full = matmul_traffic(64, 64, 64, (1, 4, 4), DEFAULT, out_bytes=4)
+    assert full["output"] == 4 * t["output"] and full["total"] == t["total"] + 3 * t["output"]
+    assert matmul_cost(64, 64, 64, (1, 4, 4), DEFAULT, out_bytes=4)["est_cycles"] >= \
+        matmul_cost(64, 64, 64, (1, 4, 4), DEFAULT)["est_cycles"]
 
 
 def test_matmul_cycles_by_hand():

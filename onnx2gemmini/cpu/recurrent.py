@@ -1,6 +1,7 @@
 """The recurrence of ONNX LSTM and GRU in float32 on the CPU: each time step depends on the last, and
-Gemmini has no sigmoid or tanh. The input projections X·Wᵀ (+ Wb) of every step arrive precomputed as
-int8 (one Gemmini matmul, passes/recurrent_projection.py); this kernel dequantizes them, adds the
+Gemmini has no sigmoid or tanh. The input projections X·Wᵀ (+ Wb) of every step arrive precomputed by one
+Gemmini matmul (passes/recurrent_projection.py), as its int32 accumulators (full_C) or, where the
+configuration cannot read those out, as int8; this kernel dequantizes them, adds the
 recurrence R·h (+ Rb), runs the gates in float32 and quantizes Y, Y_h and Y_c with their own scales.
 The states h and c stay float32 between the steps, as in onnxruntime's LSTM between DQ and Q.
 """
@@ -28,7 +29,7 @@ MAX_HIDDEN = 1024
 RECURRENCE = Tolerance(1, FLOAT_REORDERING.rate,
                        "float32 recurrence: dot-product order and sigmoid/tanh approximations carried across steps")
 
-_STATE = (("p", In("int8_t")), ("r", In("float")), ("bias", In("float")))
+_STATE = (("p", In("int8_t", "int32_t")), ("p_int32", Int()), ("r", In("float")), ("bias", In("float")))
 _SHAPE = (("seq", Int("size_t")), ("batch", Int("size_t")), ("hidden", Int("size_t")), ("directions", Int()),
           ("reverse", Int()))
 LSTM = CFunction("o2g_lstm", (*_STATE, ("peephole", In("float")), ("h0", In("float")), ("c0", In("float")),
@@ -52,7 +53,8 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
 class Recurrent(CpuKernel):
     """ONNX LSTM (gates i, o, f, c; peepholes i, o, f) or GRU (gates z, r, h) with the default activations.
 
-    Inputs: P, the int8 input projections [seq, batch, directions * gates * hidden], direction-major;
+    Inputs: P, the input projections [seq, batch, directions * gates * hidden], direction-major, int8 or
+    int32 accumulators at p_scale;
     R [directions, gates * hidden, hidden], the recurrence bias [directions, gates * hidden] and, for an
     LSTM, peepholes [directions, 3 * hidden], all float32; the initial states [directions, batch, hidden]
     float32 (h0, and c0 for an LSTM). Outputs: Y, Y_h (and Y_c) int8, layout 0. Every gate is
@@ -94,6 +96,7 @@ class Recurrent(CpuKernel):
         p, r = site.inputs[:2]
         shape = (*p.shape[:2], r.shape[-1], self.directions, int(self.reverse))
         tensors = tuple(t.arg() for t in site.inputs + site.outputs)
+        tensors = tensors[:1] + (int(p.dtype == "int32"),) + tensors[1:]  # p_int32 follows p
         if self.cell == "lstm":
             return [CCall(LSTM, (*tensors, *shape, self.p_scale, self.y_scale, self.y_h_scale, self.y_c_scale))]
         return [CCall(GRU, (*tensors, *shape, int(self.linear_before_reset), self.p_scale, self.y_scale,

@@ -377,7 +377,9 @@ class CProgram:
             args.append((self.tiles(s, MATMUL_TILES), "tile_I, tile_J, tile_K"))
         if s.heuristic_hazard:
             head.append(s.heuristic_hazard)
-        args += [("false, false, false, false, 0", "transpose_A, transpose_B, full_C, low_D, weightA"),
+        if s.full_C:
+            head.append("full_C: C receives the int32 accumulators (no scale, no activation)")
+        args += [(f"false, false, {c_bool(s.full_C)}, false, 0", "transpose_A, transpose_B, full_C, low_D, weightA"),
                  ("WS", "tiled_matmul_type")]
         return head, self.call("tiled_matmul" if s.tiles else "tiled_matmul_auto", args)
 

@@ -328,7 +328,7 @@ class _Forward:
         types = (memref_type((s.I, s.K), self.elem_of(s.A)), memref_type((s.K, s.J), self.elem_of(s.B)),
                  memref_type((s.I, s.J), self.elem_of(s.C)), memref_type(d_shape, "i32"))
         attrs = (f"accScale = {f32_attr(s.scale)}, act = {i64_attr(s.act)}, dataflow = {i64_attr(1)}, "
-                 f"repeatingBias = {bool_attr(s.repeating_bias)}")
+                 + ("fullC = true, " if s.full_C else "") + f"repeatingBias = {bool_attr(s.repeating_bias)}")
         self._tiles(s)
         self.emit(f'"gemmini.tile_matmul"({a}, {b}, {c}, {d}) {{{attrs}}} : ({", ".join(types)}) -> ()')
 

@@ -57,16 +57,18 @@ def to_nhwc(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> T
 
 def matmul(node: NodeView, ctx: LowerContext, a: Tensor, I: int, K: int, c: Tensor,
            weights: np.ndarray, bias: np.ndarray | None, s_in: float, s_w: float, suffix: str = "") -> Lowered:
-    """One tiled_matmul_auto with constant int8 weights [K][J] and an int32 bias row."""
+    """One tiled_matmul_auto with constant int8 weights [K][J] and an int32 bias row; an int32 `c` receives
+    the raw accumulators (full_C)."""
     J = weights.shape[1]
+    full = c.dtype == "int32"
     b_id = ctx.const_id(node.name, "W" + suffix)
     d_id = ctx.const_id(node.name, "b" + suffix) if bias is not None else None
     constants = {b_id: np.ascontiguousarray(weights, np.int8)}
     if bias is not None:
         constants[d_id] = np.ascontiguousarray(bias, np.int32)
     step = Matmul(node.name, I=I, J=J, K=K, A=a.id, B=b_id, D=d_id, C=c.id,
-                  stride_A=K, stride_B=J, stride_D=J, stride_C=J, act=activation_code(node),
-                  scale=multiplier(s_in, s_w, c.scale), repeating_bias=True)
+                  stride_A=K, stride_B=J, stride_D=J, stride_C=J, act=NO_ACTIVATION if full else activation_code(node),
+                  scale=1.0 if full else multiplier(s_in, s_w, c.scale), repeating_bias=True, full_C=full)
     return Lowered([step], [], constants)
 
 

@@ -113,7 +113,7 @@ class MatMulHandler(Handler):
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
         a: Tensor = to_plain(node, ctx, ctx.tensor(node.input("A")), lowered)
-        y = ctx.output(node.output, node.shape(node.output))
+        y = ctx.output(node.output, node.shape(node.output), dtype="int32" if node.fused.accumulate else "int8")
         lowered.tensors.append(y)
         if not node.is_const(node.input("B")):
             b = to_plain(node, ctx, ctx.tensor(node.input("B")), lowered)

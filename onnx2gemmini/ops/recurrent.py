@@ -1,10 +1,12 @@
 """LSTM and GRU (CRNN text recognizers, timm's sequencer2d): the input projections of every time step and
-direction are one Gemmini matmul, the recurrence a float32 CPU kernel (cpu.Recurrent).
+direction are one Gemmini matmul, the recurrence a float32 CPU kernel (cpu.Recurrent). The matmul writes
+its int32 accumulators (full_C) where the configuration reads them out at full width, else int8.
 
 passes/recurrent_projection.py splits each node into MatMul(X, Wᵀ) (+ Wb as its bias) and the node
 itself reading that projection through a 0/1 selection W (exact in float). So the projection is an
 ordinary tensor: calibrated, quantized and lowered like any MatMul with a constant weight, and the QDQ
-golden quantizes it at the same point (onnxruntime runs the two rewritten nodes). What the golden cannot
+golden quantizes it at the same point (onnxruntime runs the two rewritten nodes; int32 accumulators are
+its float product, compared after division by s_x*s_w). What the golden cannot
 share is the recurrence's float order and sigmoid/tanh: the kernel states its tolerance (RECURRENCE).
 """
 from __future__ import annotations
@@ -64,7 +66,8 @@ def refusals(node: NodeView) -> list[str]:
 
 
 class _Recurrent(Handler):
-    gemmini = ("tiled_matmul: the input projections X·Wᵀ (+ Wb) of every time step and direction as one call; "
+    gemmini = ("tiled_matmul: the input projections X·Wᵀ (+ Wb) of every time step and direction as one call, "
+               "its int32 accumulators read out by full_C (int8 on configurations without acc_read_full_width); "
                "the recurrence on the CPU")
 
     def check(self, node, ctx):

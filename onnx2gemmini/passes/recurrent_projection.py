@@ -5,7 +5,10 @@ are one matmul for Gemmini; as a node of their own they are an ordinary tensor t
 quantize.py scales and the golden quantizes, like any MatMul output. The recurrent node keeps its ONNX
 semantics exactly: its X becomes the projection [..., directions * gates * hidden], its W the 0/1
 matrix selecting each direction's columns (a product onnxruntime computes exactly in float), its B
-only the recurrence bias Rb. Unnamed outputs get names, so the kernel has a buffer for each. A batch-first
+only the recurrence bias Rb. Where the configuration reads the accumulator out at full width
+(acc_read_full_width), the projection keeps Gemmini's int32 accumulators (Fused.accumulate): an int8
+projection would round every gate input to a step of its whole range before the float recurrence, which
+reads floats anyway. Unnamed outputs get names, so the kernel has a buffer for each. A batch-first
 node (layout 1, which onnxruntime does not run) becomes layout 0 between int8 transposes.
 """
 from __future__ import annotations
@@ -85,7 +88,7 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         projection = _tensor(graph, f"{node.outputs[0] or node.name}__projection", (seq, batch, dirs * width))
         before.append(Node(_node_name(graph, f"{node.name}__projection"), "MatMul",
                            [x, add_initializer(graph, f"{node.name}__W_projection", weights)], [projection], {},
-                           fused=Fused(bias=bias)))
+                           fused=Fused(bias=bias, accumulate=config.acc_read_full_width)))
         select = np.zeros((dirs, width, dirs * width), np.float32)
         for d in range(dirs):
             select[d, :, d * width:(d + 1) * width] = np.eye(width, dtype=np.float32)

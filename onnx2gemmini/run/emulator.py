@@ -92,7 +92,7 @@ class Emulator:
             d = consts[step.D] if step.D else None
             b = (self.weights(step.B) if step.B in consts else get(step.B)).reshape(step.K, step.J)
             exact = step.B in consts and self.exact_f32(step.B, step.D, (step.K, step.J))
-            return [kernels.matmul(a, b, d, step.scale, step.act == 1, step.repeating_bias, exact)]
+            return [kernels.matmul(a, b, d, step.scale, step.act == 1, step.repeating_bias, exact, step.full_C)]
         if isinstance(step, Conv):
             x = get(step.input).reshape(step.batch_size, step.in_row_dim, step.in_col_dim, step.in_channels)
             bias = consts[step.bias] if step.bias else None
@@ -123,7 +123,7 @@ class Emulator:
 
 
 def dequantize(plan: Plan, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """int8 output buffers -> float arrays by ONNX output name."""
+    """int8 (or int32) output buffers -> float arrays by ONNX output name."""
     result = {}
     for tid in plan.outputs:
         t = plan.tensors[tid]

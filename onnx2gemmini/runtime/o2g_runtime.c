@@ -2179,8 +2179,14 @@ static float o2g_rnn_dot(const float *r_row, const float *h, size_t hidden)
     return dot;
 }
 
+/* Projection element i: int8 values, or the int32 accumulators of a full_C matmul (p_int32). */
+O2G_INLINE int o2g_rnn_p(const void *p, int p_int32, size_t i)
+{
+    return p_int32 ? ((const int32_t *)p)[i] : ((const int8_t *)p)[i];
+}
+
 /* A gate before its activation: (dequantized projection + dot) + bias, in NumPy's order. */
-O2G_INLINE float o2g_rnn_gate(int8_t p, float p_scale, float dot, float bias)
+O2G_INLINE float o2g_rnn_gate(int p, float p_scale, float dot, float bias)
 {
     float v = o2g_deq(p, p_scale) + dot;
     O2G_KEEP(v);
@@ -2203,9 +2209,10 @@ O2G_INLINE float o2g_rnn_mix(float a, float b, float c, float d)
     return x + y;
 }
 
-void o2g_lstm(const int8_t *p, const float *r, const float *bias, const float *peephole, const float *h0,
-              const float *c0, int8_t *y, int8_t *y_h, int8_t *y_c, size_t seq, size_t batch, size_t hidden,
-              int directions, int reverse, float p_scale, float y_scale, float y_h_scale, float y_c_scale)
+void o2g_lstm(const void *p, int p_int32, const float *r, const float *bias, const float *peephole,
+              const float *h0, const float *c0, int8_t *y, int8_t *y_h, int8_t *y_c, size_t seq, size_t batch,
+              size_t hidden, int directions, int reverse, float p_scale, float y_scale, float y_h_scale,
+              float y_c_scale)
 {
     float *h = o2g_rnn_state, *h_new = h + O2G_RNN_MAX_HIDDEN, *c = h_new + O2G_RNN_MAX_HIDDEN;
     const size_t width = 4 * hidden, p_row = (size_t)directions * width;
@@ -2225,16 +2232,17 @@ void o2g_lstm(const int8_t *p, const float *r, const float *bias, const float *p
             }
             for (s = 0; s < seq; s++) {
                 const size_t t = backward ? seq - 1 - s : s;
-                const int8_t *pt = p + (t * batch + b) * p_row + (size_t)d * width;
+                const size_t pt = (t * batch + b) * p_row + (size_t)d * width;
                 int8_t *yt = y + ((t * (size_t)directions + (size_t)d) * batch + b) * hidden;
                 for (j = 0; j < hidden; j++) {
-                    const float gi = o2g_rnn_gate(pt[j], p_scale, o2g_rnn_dot(rd + j * hidden, h, hidden), bd[j]);
-                    const float go = o2g_rnn_gate(pt[hidden + j], p_scale,
+                    const float gi = o2g_rnn_gate(o2g_rnn_p(p, p_int32, pt + j), p_scale,
+                                                  o2g_rnn_dot(rd + j * hidden, h, hidden), bd[j]);
+                    const float go = o2g_rnn_gate(o2g_rnn_p(p, p_int32, pt + hidden + j), p_scale,
                                                   o2g_rnn_dot(rd + (hidden + j) * hidden, h, hidden), bd[hidden + j]);
-                    const float gf = o2g_rnn_gate(pt[2 * hidden + j], p_scale,
+                    const float gf = o2g_rnn_gate(o2g_rnn_p(p, p_int32, pt + 2 * hidden + j), p_scale,
                                                   o2g_rnn_dot(rd + (2 * hidden + j) * hidden, h, hidden),
                                                   bd[2 * hidden + j]);
-                    const float gc = o2g_rnn_gate(pt[3 * hidden + j], p_scale,
+                    const float gc = o2g_rnn_gate(o2g_rnn_p(p, p_int32, pt + 3 * hidden + j), p_scale,
                                                   o2g_rnn_dot(rd + (3 * hidden + j) * hidden, h, hidden),
                                                   bd[3 * hidden + j]);
                     float pc = pi[j] * c[j], i, f, ct;
@@ -2262,9 +2270,9 @@ void o2g_lstm(const int8_t *p, const float *r, const float *bias, const float *p
     }
 }
 
-void o2g_gru(const int8_t *p, const float *r, const float *bias, const float *h0, int8_t *y, int8_t *y_h,
-             size_t seq, size_t batch, size_t hidden, int directions, int reverse, int linear_before_reset,
-             float p_scale, float y_scale, float y_h_scale)
+void o2g_gru(const void *p, int p_int32, const float *r, const float *bias, const float *h0, int8_t *y,
+             int8_t *y_h, size_t seq, size_t batch, size_t hidden, int directions, int reverse,
+             int linear_before_reset, float p_scale, float y_scale, float y_h_scale)
 {
     float *h = o2g_rnn_state, *h_new = h + O2G_RNN_MAX_HIDDEN, *z = h_new + O2G_RNN_MAX_HIDDEN;
     float *rh = z + O2G_RNN_MAX_HIDDEN;
@@ -2283,25 +2291,28 @@ void o2g_gru(const int8_t *p, const float *r, const float *bias, const float *h0
                 h[j] = h0[state + j];
             for (s = 0; s < seq; s++) {
                 const size_t t = backward ? seq - 1 - s : s;
-                const int8_t *pt = p + (t * batch + b) * p_row + (size_t)d * width;
+                const size_t pt = (t * batch + b) * p_row + (size_t)d * width;
                 int8_t *yt = y + ((t * (size_t)directions + (size_t)d) * batch + b) * hidden;
                 for (j = 0; j < hidden; j++) {
-                    const float reset = o2g_sigmoid(o2g_rnn_gate(pt[hidden + j], p_scale,
+                    const float reset = o2g_sigmoid(o2g_rnn_gate(o2g_rnn_p(p, p_int32, pt + hidden + j), p_scale,
                                                                  o2g_rnn_dot(rr + j * hidden, h, hidden), br[j]));
-                    z[j] = o2g_sigmoid(o2g_rnn_gate(pt[j], p_scale, o2g_rnn_dot(rz + j * hidden, h, hidden), bz[j]));
+                    z[j] = o2g_sigmoid(o2g_rnn_gate(o2g_rnn_p(p, p_int32, pt + j), p_scale,
+                                                    o2g_rnn_dot(rz + j * hidden, h, hidden), bz[j]));
                     if (linear_before_reset) {
                         float v = o2g_rnn_dot(rc + j * hidden, h, hidden) + bc[j];
                         O2G_KEEP(v);
                         v = reset * v;
                         O2G_KEEP(v);
-                        rh[j] = tanhf(o2g_deq(pt[2 * hidden + j], p_scale) + v);  /* the candidate */
+                        /* the candidate */
+                        rh[j] = tanhf(o2g_deq(o2g_rnn_p(p, p_int32, pt + 2 * hidden + j), p_scale) + v);
                     } else {
                         rh[j] = reset * h[j];
                     }
                 }
                 for (j = 0; j < hidden; j++) {
                     const float candidate = linear_before_reset ? rh[j] : tanhf(o2g_rnn_gate(
-                        pt[2 * hidden + j], p_scale, o2g_rnn_dot(rc + j * hidden, rh, hidden), bc[j]));
+                        o2g_rnn_p(p, p_int32, pt + 2 * hidden + j), p_scale, o2g_rnn_dot(rc + j * hidden, rh, hidden),
+                        bc[j]));
                     h_new[j] = o2g_rnn_mix(1.0f - z[j], candidate, z[j], h[j]);
                 }
                 for (j = 0; j < hidden; j++) {

@@ -176,20 +176,22 @@ void o2g_reduce(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
                 float in_scale, float out_scale);
 
 /* The recurrence of ONNX LSTM / GRU (default activations) between DequantizeLinear and QuantizeLinear, one
- * sequence (direction, batch element) at a time in float32. p holds the int8 input projections X*W^T + Wb
- * [seq][batch][directions * gates * hidden] at p_scale, each direction's gates (LSTM i, o, f, c; GRU z, r,
- * h) one after the other; r [directions][gates * hidden][hidden], bias (the recurrence bias Rb)
- * [directions][gates * hidden], peephole [directions][3 * hidden] (i, o, f), h0 and c0
- * [directions][batch][hidden], all float32. Writes y [seq][directions][batch][hidden] and y_h, y_c
- * [directions][batch][hidden], each quantized at its scale. Direction 1 (or the only one, with reverse)
+ * sequence (direction, batch element) at a time in float32. p holds the input projections X*W^T + Wb
+ * [seq][batch][directions * gates * hidden] at p_scale, int8 or (p_int32) a full_C matmul's int32
+ * accumulators, each direction's gates (LSTM i, o, f, c; GRU z, r, h) one after the other;
+ * r [directions][gates * hidden][hidden], bias (the recurrence bias Rb) [directions][gates * hidden],
+ * peephole [directions][3 * hidden] (i, o, f), h0 and c0 [directions][batch][hidden], all float32.
+ * Writes y [seq][directions][batch][hidden] and y_h, y_c [directions][batch][hidden], each quantized at
+ * its scale. Direction 1 (or the only one, with reverse)
  * runs backward. hidden <= O2G_RNN_MAX_HIDDEN (1024). The dot products are summed in order and
  * sigmoid/tanh call expf/tanhf: within 1 LSB of the emulator in a few values. */
-void o2g_lstm(const int8_t *p, const float *r, const float *bias, const float *peephole, const float *h0,
-              const float *c0, int8_t *y, int8_t *y_h, int8_t *y_c, size_t seq, size_t batch, size_t hidden,
-              int directions, int reverse, float p_scale, float y_scale, float y_h_scale, float y_c_scale);
-void o2g_gru(const int8_t *p, const float *r, const float *bias, const float *h0, int8_t *y, int8_t *y_h,
-             size_t seq, size_t batch, size_t hidden, int directions, int reverse, int linear_before_reset,
-             float p_scale, float y_scale, float y_h_scale);
+void o2g_lstm(const void *p, int p_int32, const float *r, const float *bias, const float *peephole,
+              const float *h0, const float *c0, int8_t *y, int8_t *y_h, int8_t *y_c, size_t seq, size_t batch,
+              size_t hidden, int directions, int reverse, float p_scale, float y_scale, float y_h_scale,
+              float y_c_scale);
+void o2g_gru(const void *p, int p_int32, const float *r, const float *bias, const float *h0, int8_t *y,
+             int8_t *y_h, size_t seq, size_t batch, size_t hidden, int directions, int reverse,
+             int linear_before_reset, float p_scale, float y_scale, float y_h_scale);
 
 /* ==== layers kept float (--keep-float) ================================================================ */
 /* A conv of NHWC int8 x with float32 weights [KH][KW][channels/groups][out_channels] and a float32 bias (or

@@ -22,8 +22,9 @@ def _strided(x: np.ndarray, rows: int, width: int, stride: int, dtype) -> np.nda
     return buf.reshape(-1)
 
 
-def _output(rows: int, width: int, stride: int, shape: tuple) -> tuple[np.ndarray, Callable[[], np.ndarray]]:
-    buf = np.full(rows * stride, GAP, np.int8)
+def _output(rows: int, width: int, stride: int, shape: tuple,
+            dtype=np.int8) -> tuple[np.ndarray, Callable[[], np.ndarray]]:
+    buf = np.full(rows * stride, GAP, dtype)
     return buf, lambda: buf.reshape(rows, stride)[:, :width].reshape(shape).copy()
 
 
@@ -36,7 +37,8 @@ def dram_of(step, arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
             d = np.asarray(arrays[step.D], np.int32)
             dram["D"] = (d.reshape(-1) if step.repeating_bias
                          else _strided(d, step.I, step.J, step.stride_D, np.int32))
-        dram["C"], read = _output(step.I, step.J, step.stride_C, (step.I, step.J))
+        dram["C"], read = _output(step.I, step.J, step.stride_C, (step.I, step.J),
+                                  np.int32 if step.full_C else np.int8)
     elif isinstance(step, (Conv, ConvDw)):
         ch = step.in_channels if isinstance(step, Conv) else step.channels
         oc = step.out_channels if isinstance(step, Conv) else step.channels

@@ -66,6 +66,7 @@ class MatmulLoop:
     a_source: int
     b_source: int
     out_tile: int
+    full_C: bool = False  # mvouts read the accumulators at full width (int32 C)
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def matmul_call(step: Matmul, config, tiles=None) -> Call:
                     "ex_accumulate": not no_bias or k0 != 0, "act": step.act,
                     "a_spad_id": (1 if i0 + k0 == 0 else 2) if a_reuse else 0,
                     "b_spad_id": (1 if j0 + k0 == 0 else 2) if b_reuse else 0,
-                    "is_resadd": False, "out_tile": i0 * J0 + j0})
+                    "is_resadd": False, "out_tile": i0 * J0 + j0, "full_C": step.full_C})
     return Call(setup, _with_sources(rows, MatmulLoop))
 
 

@@ -306,15 +306,18 @@ class Machine:
     def _acc_source(self, addr: int) -> int:
         if not addr & ACC:
             raise NotImplementedError("mvouts from the scratchpad are not modelled")
-        if addr & FULL:
-            raise NotImplementedError("full-width (int32) mvouts are not modelled")
         return addr & MVOUT_ROW_MASK
 
     def _mvouts(self, batch: list[Mvout], n0: int) -> None:
-        """Non-pooled mvouts: scaled, clipped, activated accumulator rows to DRAM rows `stride` bytes
-        apart (outputs are int8, so bytes are elements)."""
+        """Non-pooled mvouts: scaled, clipped, activated accumulator rows to DRAM rows `stride` elements
+        apart, or with the full-width bit the raw int32 accumulators (full_C; the operand is then int32 and
+        gemmini.h's byte stride stride_C * sizeof(acc_t) is stride_C elements)."""
         dim, st = self.dim, self.st
         rows_n, cols_n, offs, loops, expect = _fields(batch, "rows", "cols", "offset", "loop", "expect")
+        full = {bool(i.addr & FULL) for i in batch}
+        if len(full) > 1:
+            raise NotImplementedError("one batch of mvouts mixing full-width and scaled reads")
+        full = full.pop()
         base = np.array([self._acc_source(i.addr) for i in batch], np.int64)
         r = np.arange(rows_n.max())[None, :, None]
         c = np.arange(cols_n.max())[None, None, :]
@@ -327,11 +330,14 @@ class Machine:
         out = self.dram[batch[0].operand]
         dst = dram_index(out, (offs[:, None, None] + r * st.stride + c)[valid])
         last = last_writes(dst)
-        out[dst[last]] = acc_read(self.acc[src_r[last], src_c[last]], st.scale, st.act)
+        acc = self.acc[src_r[last], src_c[last]]
+        out[dst[last]] = acc if full else acc_read(acc, st.scale, st.act)
 
     def _pooled_mvout(self, ins: Mvout, n: int) -> None:
         """The store controller's max-pool: windows over the tile's orows x ocols conv outputs (already
         scaled and activated), positions outside them reading 0; one DRAM row per pooled pixel."""
+        if ins.addr & FULL:
+            raise NotImplementedError("full-width (int32) pooled mvouts are not modelled")
         st, ch, base = self.st, ins.cols, self._acc_source(ins.addr)
         w = np.arange(st.pool_size)
         orow = np.arange(st.porows)[:, None] * st.pool_stride + w[None, :] - st.upad      # porows x size

@@ -4,7 +4,7 @@ Why a transcription: a scratchpad hazard is a matter of which rows each instruct
 addresses must be the functional model's own. Sources: libgemmini 5b1254a gemmini.cc loop_ws (L672-891)
 and loop_conv_ws (L1030-1487); gemmini.h 180c468 sp_tiled_global_average (L3332) for the global average,
 which issues plain mvins and mvouts. Only what gemmini.h's calls use is covered: WS, no transposes, no
-dilation, no rotation, int8 outputs (no full_C), int32 biases (no low_D).
+dilation, no rotation, int8 outputs or full_C int32 matmul outputs, int32 biases (no low_D).
 
 loop_conv_ws keeps the accumulator rows of its bias (D) and outputs (C) in two static variables that
 move by ACC_ROWS/2 after every loop that loads a bias / stores an output; `AccRows` is that state, and
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .isa import (
     ACC,
     ACCUMULATE,
+    FULL,
     GARBAGE,
     Compute,
     ConfigLd,
@@ -76,7 +77,7 @@ def _matmul(loop: MatmulLoop, idx: int, config, out: list) -> None:
         for j in range(J):
             for i in range(I):
                 a_sp, b_sp = a_start + (i * K + k) * dim, b_start + (k * J + j) * dim
-                c_sp = (ACC | ACCUMULATE) + (i * J + j) * dim
+                c_sp = (ACC | ACCUMULATE | (FULL if loop.full_C else 0)) + (i * J + j) * dim  # as C_sp_addr_start
                 if j == 0 and loop.A is not None:
                     out.append(Mvin(0, "A", loop.A + (i * loop.A_stride + k) * dim, a_sp, rows_i(i), cols_k(k),
                                     idx, a_tag))

@@ -109,21 +109,21 @@ def matmul_reuse(I: int, J: int, K: int, tiles, config) -> tuple[int, int, int, 
     return i0, j0, k0, i0 * k0 <= 2, j0 * k0 <= 2
 
 
-def matmul_traffic(I: int, J: int, K: int, tiles, config, has_bias: bool = True) -> dict:
+def matmul_traffic(I: int, J: int, K: int, tiles, config, has_bias: bool = True, out_bytes: int = 1) -> dict:
     """Exact DMA bytes of tiled_matmul(WS) with these tiles, by operand.
 
     A (I x K) is loaded by every (i0, j0, k0) tile, i.e. J0 times, unless pinned (I0*K0 <= 2: once);
     B (K x J) I0 times unless pinned (J0*K0 <= 2); D (int32 bias rows) once per output tile at k0 == 0;
-    C once per output tile at k0 == K0-1.
+    C once per output tile at k0 == K0-1, `out_bytes` per element (4 with full_C).
     """
     i0, j0, _, a_reuse, b_reuse = matmul_reuse(I, J, K, tiles, config)
     parts = {"input": I * K * (1 if a_reuse else j0), "weights": K * J * (1 if b_reuse else i0),
-             "bias": BIAS_BYTES * I * J if has_bias else 0, "output": I * J}
+             "bias": BIAS_BYTES * I * J if has_bias else 0, "output": I * J * out_bytes}
     parts["total"] = sum(parts.values())
     return parts
 
 
-def matmul_cost(I: int, J: int, K: int, tiles, config, has_bias: bool = True) -> dict:
+def matmul_cost(I: int, J: int, K: int, tiles, config, has_bias: bool = True, out_bytes: int = 1) -> dict:
     """Bytes (exact) and cycles (estimate) of one tiled_matmul call; see docs/cost_model.md."""
     dim = config.dim
     ti, tj, tk = tiles
@@ -137,10 +137,11 @@ def matmul_cost(I: int, J: int, K: int, tiles, config, has_bias: bool = True) ->
         shape = TileShape(ci * cj * ck, ri, cj_el, ck_el, ceil_div(cj_el, dim) * ceil_div(ck_el, dim),
                           weight_block_cycles(1, ri, dim), overhead)
         shapes.append(shape)
-        pipe.add(shape.count, shape.cycles // shape.count, load_a + load_b + load_d, ri * cj_el if lk else 0,
+        store = ri * cj_el * out_bytes if lk else 0
+        pipe.add(shape.count, shape.cycles // shape.count, load_a + load_b + load_d, store,
                  fi and fj and fk, li and lj and lk)
     est = pipe.estimate(I * J * K)
-    traffic = matmul_traffic(I, J, K, tiles, config, has_bias)
+    traffic = matmul_traffic(I, J, K, tiles, config, has_bias, out_bytes)
     est.update(dram_bytes=traffic["total"], dram_breakdown={k: v for k, v in traffic.items() if k != "total"},
                num_tiles=n_i * n_j * n_k, pinned={"input": a_reuse, "weights": b_reuse}, shapes=tuple(shapes))
     return est

@@ -69,15 +69,16 @@ def matmul_candidates(I: int, J: int, K: int, config) -> set[tuple[int, int, int
     return found
 
 
-def choose_matmul_tiles(I: int, J: int, K: int, config, has_bias: bool = True, allowed=None) -> tuple[int, int, int]:
+def choose_matmul_tiles(I: int, J: int, K: int, config, has_bias: bool = True, allowed=None,
+                        out_bytes: int = 1) -> tuple[int, int, int]:
     """(tile_I, tile_J, tile_K) in DIM blocks for tiled_matmul (WS), within the double-buffered budgets;
-    `allowed(tiles)`: a further filter (hazard-free tiles only)."""
+    `allowed(tiles)`: a further filter (hazard-free tiles only); `out_bytes`: 4 for int32 C (full_C)."""
     baseline = baseline_matmul_tiles(I, J, K, config)
     cands = matmul_candidates(I, J, K, config) | {baseline}
-    byte_costs = {t: matmul_traffic(I, J, K, t, config, has_bias)["total"] for t in cands
+    byte_costs = {t: matmul_traffic(I, J, K, t, config, has_bias, out_bytes)["total"] for t in cands
                   if t == baseline or matmul_fits(t, config, (I, J, K))}
     return _pick(byte_costs, baseline,
-                 lambda t: matmul_cost(I, J, K, t, config, has_bias)["est_cycles"], allowed)
+                 lambda t: matmul_cost(I, J, K, t, config, has_bias, out_bytes)["est_cycles"], allowed)
 
 
 # --- conv ---------------------------------------------------------------------------------------

@@ -166,15 +166,16 @@ def _check_matmul(op) -> list[str]:
     a, b, c, d = (shape_of(v.type) for v in op.operands)
     at = gemmini_attrs(op)
     problems = []
-    if [_elem(v) for v in op.operands] != ["i8", "i8", "i8", "i32"]:
-        problems.append(f"element types {[_elem(v) for v in op.operands]}, expected i8 i8 i8 i32")
+    c_elem = "i32" if at["fullC"] else "i8"  # fullC: C is acc_t, the raw accumulators
+    if [_elem(v) for v in op.operands] != ["i8", "i8", c_elem, "i32"]:
+        problems.append(f"element types {[_elem(v) for v in op.operands]}, expected i8 i8 {c_elem} i32")
     if b[0] != a[1] or c != (a[0], b[1]):
         problems.append(f"C = A.B shapes: A {a} B {b} C {c}")
     if d != ((1, b[1]) if at["repeatingBias"] else c):
         problems.append(f"D {d} for C {c} (repeatingBias={at['repeatingBias']})")
     if at["dataflow"] != 1 or at["act"] not in (0, 1):
         problems.append(f"dataflow {at['dataflow']} / act {at['act']}: WS with no activation or ReLU only")
-    for flag in ("aTranspose", "bTranspose", "fullC", "lowD"):
+    for flag in ("aTranspose", "bTranspose", "lowD"):
         if at[flag]:
             problems.append(f"{flag} set")
     if not at["accScale"] > 0:
@@ -380,7 +381,7 @@ def tile_matmul(op, a, b, c, d):
     a = numerics.mvin_scale(a, at["aScaleFactor"])
     b = numerics.mvin_scale(b, at["bScaleFactor"])
     bias = d[0, :j] if at["repeatingBias"] else d[:i, :j]
-    c[...] = kernels.matmul(a, b[:k], bias, at["accScale"], at["act"] == 1, at["repeatingBias"])
+    c[...] = kernels.matmul(a, b[:k], bias, at["accScale"], at["act"] == 1, at["repeatingBias"], full_C=at["fullC"])
 
 
 def tile_conv(op, x, w, bias, y, orow, ocol, k):

@@ -32,6 +32,7 @@ PIPELINE = ("builtin.module(finalize-memref-to-llvm,convert-func-to-llvm,convert
 
 SHIMS = """\
   func.func private @o2g_test_tile_matmul(memref<*xi8>, memref<*xi8>, memref<*xi8>, memref<*xi32>, f32, i64, i64) attributes {llvm.emit_c_interface}
+  func.func private @o2g_test_tile_matmul_full(memref<*xi8>, memref<*xi8>, memref<*xi32>, memref<*xi32>, f32, i64, i64) attributes {llvm.emit_c_interface}
   func.func private @o2g_test_tile_conv(memref<*xi8>, memref<*xi8>, memref<*xi32>, memref<*xi8>, i64, i64, i64, f32, i64, i64, i64, i64, i64, i64) attributes {llvm.emit_c_interface}
 """
 OP = re.compile(r'^(\s*)"gemmini\.(tile_matmul|tile_conv|flush)"\((.*?)\)(?: \{(.*?)\})? : \((.*?)\) -> \(\)$')
@@ -91,7 +92,8 @@ def host_module(text: str) -> str:
             out.append(f"{indent}%host{counter} = arith.constant {value} : {ty}")
             args.append(f"%host{counter}")
             arg_types.append(ty)
-        out.append(f"{indent}func.call @o2g_test_{op}({', '.join(args)}) : ({', '.join(arg_types)}) -> ()")
+        shim = op + ("_full" if values.get("fullC") == "true" else "")  # fullC: C receives acc_t
+        out.append(f"{indent}func.call @o2g_test_{shim}({', '.join(args)}) : ({', '.join(arg_types)}) -> ()")
     return "\n".join(out) + "\n"
 
 

@@ -171,11 +171,14 @@ def kernel_cases() -> list:
         c.append(B.reduce_case(r, outer, axis_len, inner, kind))
     c.append(B.reduce_case(r, 2, 4, 5, "mean", in_scale=1.0, out_scale=1.0))   # sums of 4 ints: ties at .5
     c.append(B.reduce_case(r, 1, 50, 8, "sum", in_scale=0.1, out_scale=0.01))  # saturates both ways
-    # the recurrence: both cells, every direction, GRU's two reset orders, a batch, one hidden unit
-    for cell, seq, batch, hidden, dirs, reverse, lbr in [
-            ("lstm", 5, 2, 8, 1, False, False), ("lstm", 7, 1, 16, 2, False, False), ("lstm", 3, 3, 1, 1, True, False),
-            ("gru", 6, 2, 8, 1, False, False), ("gru", 4, 1, 12, 2, False, True), ("gru", 5, 2, 4, 1, True, True)]:
-        c.append(B.recurrent_case(r, cell, seq, batch, hidden, dirs, reverse, lbr))
+    # the recurrence: both cells, every direction, GRU's two reset orders, a batch, one hidden unit; int8
+    # projections and a full_C matmul's int32 accumulators
+    for cell, seq, batch, hidden, dirs, reverse, lbr, wide in [
+            ("lstm", 5, 2, 8, 1, False, False, False), ("lstm", 7, 1, 16, 2, False, False, True),
+            ("lstm", 3, 3, 1, 1, True, False, False), ("lstm", 4, 2, 8, 2, True, False, True),
+            ("gru", 6, 2, 8, 1, False, False, False), ("gru", 4, 1, 12, 2, False, True, True),
+            ("gru", 5, 2, 4, 1, True, True, False), ("gru", 6, 3, 8, 1, False, False, True)]:
+        c.append(B.recurrent_case(r, cell, seq, batch, hidden, dirs, reverse, lbr, wide=wide))
     # float_conv (layers kept float): blocks of 8 outputs and their tails, a group's channels ending mid-block,
     # depthwise (multiplier 1 and 3), padding-only border pixels, strides, dilation, asymmetric windows, no bias,
     # ReLU, saturation both ways (a small output scale), matmuls (1x1 over a row of pixels), misaligned input

@@ -42,3 +42,27 @@ def test_plan_runner():
 
     rtl = PlanRunner(plan, "rtl")
     assert np.array_equal(rtl.run(feeds)["y_out"], expected) and rtl.hazards == {}
+
+
+def test_full_width_matmul_at_address_level():
+    """An LSTM's input projection keeps its int32 accumulators (full_C): at address level, mvouts with the
+    full-width bit write the raw accumulators, tile by tile, exactly as the emulator's whole-call result."""
+    import onnx2gemmini as o2g
+    from onnx2gemmini.plan import Matmul
+    from tests.helpers import random_dataset
+    from tests.ops.test_recurrent import rnn_model
+
+    model = rnn_model(seq=24, batch=3, size=40, hidden=32, direction="bidirectional")
+    data = random_dataset(model, 4, 0)
+    plan = o2g.compile(model, calib=data).plan
+    projection = [s for s in plan.steps if isinstance(s, Matmul)]
+    assert len(projection) == 1 and projection[0].full_C and plan.tensors[projection[0].C].dtype == "int32"
+    assert projection[0].J > plan.config.dim and projection[0].I > plan.config.dim  # several output tiles
+    feeds = data.sample(0)
+    emulated = Emulator(plan).run(feeds, keep=True)
+    runner = PlanRunner(plan, "rtl")
+    ran = runner.run(feeds, keep=True)
+    assert np.array_equal(ran[projection[0].C], emulated[projection[0].C])
+    assert np.abs(emulated[projection[0].C]).max() > 127  # beyond int8: really the accumulators
+    for tid in plan.outputs:
+        assert np.array_equal(ran[tid], emulated[tid])
