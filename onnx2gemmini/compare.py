@@ -23,7 +23,9 @@ from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name
 from .metrics import cosine, sqnr_db, top1_agreement
-from .numerics import quantize, quantize_accumulator, resadd_mismatch_rate, resadd_tolerance
+from . import kernels
+from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_mismatch_rate,
+                       resadd_tolerance)
 from .parallel import map_ordered
 from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
@@ -33,12 +35,19 @@ from .tolerance import EXACT, Tolerance
 def step_tolerance(step, plan) -> Tolerance:
     """How far Gemmini's semantics may take this step from onnxruntime's QDQ semantics: the residual add
     saturates each scaled input to int8 before adding, the global average rounds sum/count half to even,
-    a CPU kernel states its own (cpu/); matmuls and convs are bit-exact."""
+    a CPU kernel states its own (cpu/), a full_C matmul's int32 accumulators come back through onnxruntime's
+    float32 output (exact below 2^22); matmuls and convs are bit-exact."""
     if isinstance(step, Resadd):
         return Tolerance(resadd_tolerance(step.C_scale), resadd_mismatch_rate(step.A_scale, step.B_scale, step.C_scale),
                          "resadd rounds the smaller-scale input to int8 first")
     if isinstance(step, GlobalAverage):
         return Tolerance(1, min(1.0, 2.0 / (step.dim * step.dim)), "global average: ties and float division")
+    if isinstance(step, Matmul) and step.full_C:
+        weights = plan.constants[step.B].reshape(step.K, step.J)  # full_C: constant weights only (ops/common.py)
+        bound = kernels.accumulator_bound(weights, plan.constants.get(step.D))
+        lsb = accumulator_lsb(bound)
+        return EXACT if lsb == 0 else Tolerance(lsb, 1.0, f"int32 accumulators up to {bound}: onnxruntime's "
+                                                          "float32 output rounds them")
     if isinstance(step, Matmul) and step.mean_of:
         return Tolerance(1, min(1.0, 2.0 / step.mean_of), "global average: int32 sum times a multiplier, against "
                          "onnxruntime's float mean")

@@ -190,7 +190,8 @@ class _Builder:
                 self.node("Reshape", [f"{raw}2d", back], [raw], name=f"{node.name}__Reshape_out")
             else:
                 self.node("Gemm", gemm_in, [raw], name=node.name)
-            if node.fused.accumulate:  # int32 accumulators out (full_C): the float product, no Q/DQ
+            if node.fused.accumulate:  # int32 accumulators out (full_C): the float product, no Q/DQ; the
+                # T__preq name stays, where per-layer sub-models feed T (input_tensor_name)
                 self.node("Identity", [raw], [f"{out}__preq"], name=f"{out}__preq_Identity")
                 self.node("Identity", [f"{out}__preq"], [out], name=f"{out}__Identity")
             else:

@@ -27,17 +27,22 @@ def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
-def float32_exact(b: np.ndarray, d: np.ndarray | None) -> bool:
-    """Whether x @ b + d stays exact in float32 for every int8 x and int8 matrix b [K, J], whatever K:
-    every partial sum of products and bias is an integer of magnitude at most
-    128 * (largest column sum of |b|) + max|d|, and float32 holds every integer up to 2^24 exactly, in any
-    summation order (FMA included)."""
+def accumulator_bound(b: np.ndarray, d: np.ndarray | None) -> int:
+    """The largest magnitude any partial sum of x @ b + d can reach for int8 x and an int8 matrix b [K, J]:
+    128 * (largest column sum of |b|) + max|d|."""
     if b.ndim != 2:
-        raise ValueError(f"float32_exact: expected a [K, J] matrix, got shape {b.shape}")
+        raise ValueError(f"accumulator_bound: expected a [K, J] matrix, got shape {b.shape}")
     bound = 128 * int(np.abs(b.astype(np.int64)).sum(axis=0).max(initial=0))
     if d is not None and d.size:
         bound += int(np.abs(d.astype(np.int64)).max())
-    return bound <= 2**24
+    return bound
+
+
+def float32_exact(b: np.ndarray, d: np.ndarray | None) -> bool:
+    """Whether x @ b + d stays exact in float32 for every int8 x and int8 matrix b [K, J], whatever K: every
+    partial sum is an integer within accumulator_bound, and float32 holds every integer up to 2^24 exactly,
+    in any summation order (FMA included)."""
+    return accumulator_bound(b, d) <= 2**24
 
 
 def matmul(a: np.ndarray, b: np.ndarray, d: np.ndarray | None, scale: float, relu: bool,

@@ -77,6 +77,14 @@ def quantize_accumulator(x: np.ndarray, scale: float) -> np.ndarray:
     return np.clip(np.nan_to_num(q), INT32_MIN, INT32_MAX).astype(np.int32)
 
 
+def accumulator_lsb(bound: int) -> int:
+    """How many units a full_C matmul's golden accumulator may be off when it comes back from onnxruntime's
+    float output (QGemm: the exact int32 sum, converted to float32 and multiplied by float32(s_x*s_w), two
+    roundings of at most 2^-24 relative each): floor(bound * 2^-23 + 1/2) for accumulators up to `bound`
+    (kernels.accumulator_bound), so 0 below 2^22."""
+    return math.floor(bound / 2**23 + 0.5)
+
+
 def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
     """int8 (or int32) at `scale` -> float32, as ONNX DequantizeLinear does it."""
     return np.asarray(q).astype(np.float32) * np.float32(scale)

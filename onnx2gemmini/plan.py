@@ -71,7 +71,7 @@ class Tensor:
         return runs
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
-        """Real values of this tensor's int8 buffer (storage layout), as float32."""
+        """Real values of this tensor's int8 (or int32 accumulator) buffer (storage layout), as float32."""
         return q.astype(np.float32) * self.scales()
 
 
@@ -141,6 +141,11 @@ class Matmul(Step):
     heuristic_hazard: str = ""  # why gemmini.h's own tiles for this call are unsafe (then never used)
     mean_of: int = 0  # a global average of this many values as a matmul by ones (ops/pool.py); 0: a product
     full_C: bool = False  # C is acc_t: the accumulators read out at full width (config.acc_read_full_width)
+
+    @property
+    def c_bytes(self) -> int:
+        """Bytes per element of C: acc_t with full_C, elem_t otherwise."""
+        return 4 if self.full_C else 1
 
     def reads(self):
         return (self.A, self.B) + ((self.D,) if self.D else ())

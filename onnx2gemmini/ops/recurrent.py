@@ -6,8 +6,9 @@ passes/recurrent_projection.py splits each node into MatMul(X, Wᵀ) (+ Wb as it
 itself reading that projection through a 0/1 selection W (exact in float). So the projection is an
 ordinary tensor: calibrated, quantized and lowered like any MatMul with a constant weight, and the QDQ
 golden quantizes it at the same point (onnxruntime runs the two rewritten nodes; int32 accumulators are
-its float product, compared after division by s_x*s_w). What the golden cannot
-share is the recurrence's float order and sigmoid/tanh: the kernel states its tolerance (RECURRENCE).
+its float product, which it fuses into QGemm, compared after division by s_x*s_w within the budget of
+compare.step_tolerance). What the golden cannot share is the recurrence's float order and sigmoid/tanh:
+the kernel states its tolerance (RECURRENCE).
 """
 from __future__ import annotations
 

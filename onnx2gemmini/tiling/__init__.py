@@ -64,7 +64,7 @@ def choose_tiles(step, config, hazards=None) -> dict | None:
     names = MATMUL_TILE_NAMES if isinstance(step, Matmul) else CONV_TILE_NAMES
     allowed = (lambda t: not hazards(step, tiles_dict(names, t))) if hazards else None
     if isinstance(step, Matmul):
-        t = choose_matmul_tiles(step.I, step.J, step.K, config, step.D is not None, allowed, 4 if step.full_C else 1)
+        t = choose_matmul_tiles(step.I, step.J, step.K, config, step.D is not None, allowed, step.c_bytes)
     else:
         t = choose_conv_tiles(ConvGeometry.of(step), config, step.bias is not None, allowed)
     return tiles_dict(names, t)
@@ -76,7 +76,7 @@ def cost(step, tiles, config) -> dict | None:
     utilization (ESTIMATES), num_tiles. None for CPU steps."""
     if isinstance(step, Matmul):
         t = tiles_tuple(MATMUL_TILE_NAMES, tiles) if tiles else baseline_matmul_tiles(step.I, step.J, step.K, config)
-        return matmul_cost(step.I, step.J, step.K, t, config, step.D is not None, 4 if step.full_C else 1)
+        return matmul_cost(step.I, step.J, step.K, t, config, step.D is not None, step.c_bytes)
     if isinstance(step, Conv):
         g = ConvGeometry.of(step)
         if g.input_dilation != 1:

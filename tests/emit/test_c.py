@@ -404,3 +404,21 @@ def test_light_model_every_layer_matches_emulator(workdir, name):
     plan = compiled.plan
     x = np.random.default_rng(1).standard_normal(plan.tensors[plan.inputs[0]].shape).astype(np.float32)
     check_every_layer(workdir, f"light_{name}", compiled, {plan.tensors[plan.inputs[0]].onnx_name: x})
+
+
+def test_accumulators_read_as_int8_fail_the_selftest(workdir):
+    """The self-test compares int8 tensors and checks a full_C matmul's int32 accumulators through the
+    recurrence that reads them: with full_C switched off in model.c (int8 bytes in the int32 buffer), the
+    self-test fails at that recurrence."""
+    model = MODELS["lstm_bidirectional_peephole"]()
+    compiled = o2g.compile(model, calib=random_dataset(model, 4, 0))
+    c_dir = write_c(compiled.plan, workdir / "lstm_without_full_c" / "c", *selftest_case(compiled.plan),
+                    "onnx2gemmini lstm_without_full_c")
+    source = c_dir / "model.c"
+    text = source.read_text()
+    full_c, int8_c = ("false, false, true, false, 0, /* transpose_A", "false, false, false, false, 0, /* transpose_A")
+    assert text.count(full_c) == 1
+    source.write_text(text.replace(full_c, int8_c))
+    hostc.build(c_dir, ("model-selftest",))
+    proc = subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "FAILED after layer 2 rnn" in proc.stdout, proc.stdout[-2000:]

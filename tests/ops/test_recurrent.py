@@ -7,12 +7,14 @@ import pytest
 from onnx import helper
 
 import onnx2gemmini as o2g
+from onnx2gemmini import kernels
 from onnx2gemmini.calibrate import session
 from onnx2gemmini.compiler import prepare
 from onnx2gemmini.cpu.recurrent import GATES, RECURRENCE
 from onnx2gemmini.golden import build_float
+from onnx2gemmini.numerics import accumulator_lsb, bias_scale
 from onnx2gemmini.plan import CpuOp, Matmul
-from tests.helpers import assert_matches_ort, infer_outputs, random_dataset, rng
+from tests.helpers import assert_matches_ort, compile_and_diff, infer_outputs, random_dataset, rng
 
 
 def rnn_model(op="LSTM", seq=5, batch=2, size=6, hidden=8, direction="forward", bias=True, initial=False,
@@ -103,14 +105,15 @@ def test_rewrite_computes_the_original_node(case):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+PROJECTED = {"seq": 12, "size": 20, "hidden": 16, "direction": "bidirectional"}  # rnn_model arguments
+
+
 @pytest.mark.parametrize("config", ["default", "lean"])
 def test_projection_keeps_its_accumulators_where_the_configuration_reads_them(config):
     """Where the accumulator reads out at full width (the default configuration), the projection is a
-    full_C matmul writing int32 accumulators at s_x*s_w, bit-exact against onnxruntime's float product
-    of the same int8 operands; the lean configuration cannot read them out and keeps an int8 projection.
-    The accumulators carry the gates' inputs without int8's rounding: closer to fp32."""
-    model = rnn_model(seq=12, size=20, hidden=16, direction="bidirectional")
-    compiled, result = assert_matches_ort(model, samples=4, config=config)
+    full_C matmul writing int32 accumulators at s_x*s_w, bit-exact against onnxruntime's product of the
+    same int8 operands; the lean configuration cannot read them out and keeps an int8 projection."""
+    compiled, result = assert_matches_ort(rnn_model(**PROJECTED), samples=4, config=config)
     (projection,) = [s for s in compiled.plan.steps if isinstance(s, Matmul)]
     tensor = compiled.plan.tensors[projection.C]
     full = config == "default"
@@ -118,29 +121,54 @@ def test_projection_keeps_its_accumulators_where_the_configuration_reads_them(co
     layer = next(l for l in result["layers"] if l["name"] == projection.node)
     assert layer["tolerance_lsb"] == 0 and layer["mismatches_vs_ort_qdq"] == 0
     if full:
-        node = next(n for n in compiled.graph.nodes if n.name == projection.node)
-        weights = compiled.quant.weights[node.name]
-        assert tensor.scale == compiled.quant.scales[node.inputs[0]] * weights.scale or np.isclose(
-            tensor.scale, compiled.quant.scales[node.inputs[0]] * weights.scale, rtol=1e-6)
+        x = next(n for n in compiled.graph.nodes if n.name == projection.node).inputs[0]
+        assert tensor.scale == bias_scale(compiled.quant.scales[x], compiled.quant.weights[projection.node].scale)
 
 
 def test_accumulators_are_closer_to_fp32_than_an_int8_projection():
     """The same model and data: the full_C projection loses only its operands' rounding; int8 output adds
     its own step (measured on this model: 41.1 dB against 37.4 dB, and 36.4 against 33.6 dB at Y)."""
-    from tests.helpers import compile_and_diff
-    model = rnn_model(seq=12, size=20, hidden=16, direction="bidirectional")
     sqnr = {}
     for config in ("default", "lean"):
-        _, result = compile_and_diff(model, 4, config=config)
+        _, result = compile_and_diff(rnn_model(**PROJECTED), 4, config=config)
         sqnr[config] = {l["name"]: l["sqnr_db"] for l in result["layers"]}
     assert sqnr["default"]["rnn__projection"] > sqnr["lean"]["rnn__projection"] + 2, sqnr
     assert sqnr["default"]["rnn"] > sqnr["lean"]["rnn"] + 1, sqnr
 
 
+def test_an_accumulator_one_unit_off_fails_the_check(monkeypatch):
+    """The negative control of the accumulator comparison: the emulator's full_C result one unit high in
+    one value fails diff at the projection."""
+    from onnx2gemmini import kernels
+    real = kernels.matmul
+
+    def one_off(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if kwargs.get("full_C", args[7] if len(args) > 7 else False):
+            out = out.copy()
+            out.flat[0] += 1
+        return out
+    monkeypatch.setattr(kernels, "matmul", one_off)
+    _, result = compile_and_diff(rnn_model(**PROJECTED), samples=2)
+    layer = next(l for l in result["layers"] if l["name"] == "rnn__projection")
+    assert layer["max_lsb_vs_ort_qdq"] == 1 and not result["verdict"]["passed"]
+
+
+def test_accumulators_beyond_float32_get_their_rounding_budget():
+    """Accumulators that can pass 2^22 come back from onnxruntime's float32 output rounded: the layer's
+    tolerance is floor(bound * 2^-23 + 1/2) units, and the comparison stays within it."""
+    compiled, result = assert_matches_ort(rnn_model(seq=3, batch=1, size=4096, hidden=4), samples=2)
+    (projection,) = [s for s in compiled.plan.steps if isinstance(s, Matmul)]
+    bound = kernels.accumulator_bound(compiled.plan.constants[projection.B].reshape(projection.K, projection.J),
+                                      compiled.plan.constants.get(projection.D))
+    layer = next(l for l in result["layers"] if l["name"] == projection.node)
+    assert bound >= 2**22 and layer["tolerance_lsb"] == accumulator_lsb(bound) >= 1
+    assert accumulator_lsb(2**22 - 1) == 0 and accumulator_lsb(3 * 2**23) == 3
+
+
 def test_a_wrong_recurrence_fails_the_check(monkeypatch):
     """The layer check sees the recurrence: a kernel that drops the recurrence bias fails diff."""
     from onnx2gemmini.cpu import recurrent
-    from tests.helpers import compile_and_diff
     real = recurrent.Recurrent.run
     monkeypatch.setattr(recurrent.Recurrent, "run",
                         lambda self, inputs, shapes: real(self, [inputs[0], inputs[1], inputs[2] * 0, *inputs[3:]],
