@@ -111,3 +111,54 @@ def test_means_and_ranges_from_the_same_pass_do_not_depend_on_threads():
     for t in ("x", "ar"):
         for k in ("axis1", "last"):
             np.testing.assert_allclose(runs[0].means[t][k], reference[t][k], rtol=1e-12)
+
+
+def pooled_or_summed(reader: str):
+    """x -> PRelu -> r, read by a 2x2 MaxPool or by a 1x1 Conv (a weighted sum)."""
+    nodes = [helper.make_node("PRelu", ["x", "slope"], ["r"])]
+    nodes.append(helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]) if reader == "pool"
+                 else helper.make_node("Conv", ["r", "W"], ["y"]))
+    inits = {"slope": np.full((1, 1, 1), 0.25, np.float32), "W": np.ones((1, 1, 1, 1), np.float32)}
+    return infer_outputs(nodes, {"x": [1, 1, 128, 128]}, inits)
+
+
+def tail_in_many_samples(samples=10):
+    """|x| with a Laplace tail in every sample: the few values mse clips as a tail of the histogram are in
+    most samples (the level 80% of them reach: 2.34; mse's threshold: 2.04)."""
+    x = np.random.default_rng(4).laplace(0, 0.2, (samples, 1, 1, 128, 128)).astype(np.float32)
+    return Dataset({"x": np.abs(x)}, None, "t")
+
+
+def one_sample_outlier(samples=10):
+    x = np.random.default_rng(5).uniform(-1, 1, (samples, 1, 1, 128, 128)).astype(np.float32)
+    x[0, 0, 0, 3, 7] = 50.0
+    return Dataset({"x": x}, None, "t")
+
+
+def test_a_max_pool_keeps_the_level_most_samples_reach():
+    from onnx2gemmini.calibrate import POOLED_SHARE, statistics
+    data = tail_in_many_samples()
+    tops = [float(np.abs(data.sample(i)["x"]).max()) for i in range(data.num_samples)]
+    floor = float(np.quantile(tops, POOLED_SHARE))
+    pooled = statistics(pooled_or_summed("pool"), data, "mse").amax
+    summed = statistics(pooled_or_summed("sum"), data, "mse").amax
+    assert summed["x"] == summed["r"] < 0.9 * floor  # mse alone clips what most samples reach; a sum's input
+    for t in ("x", "r", "y"):  # the pool, what it reads, and through the PReLU the tensor before it
+        assert pooled[t] == floor
+
+
+def test_a_max_pool_still_lets_mse_clip_a_one_sample_outlier():
+    from onnx2gemmini.calibrate import statistics
+    data = one_sample_outlier()
+    pooled = statistics(pooled_or_summed("pool"), data, "mse").amax
+    summed = statistics(pooled_or_summed("sum"), data, "mse").amax
+    assert pooled["r"] == summed["r"] < 30.0  # clipped: the floor (about 1) does not bind
+    assert statistics(pooled_or_summed("pool"), data, "minmax").amax["r"] == pytest.approx(50.0)
+
+
+def test_the_floor_is_mses_only():
+    from onnx2gemmini.calibrate import POOLED_SHARE, statistics
+    data = tail_in_many_samples()
+    floor = float(np.quantile([float(data.sample(i)["x"].max()) for i in range(data.num_samples)], POOLED_SHARE))
+    for method in ("percentile", "output"):  # output-aware judges the plain mse threshold among its candidates
+        assert statistics(pooled_or_summed("pool"), data, method).amax["r"] != floor
