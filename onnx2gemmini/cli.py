@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from . import limits
-from .calibrate import METHODS
+from .calibrate import METHODS, POOLED_SHARE
 from .compiler import DEFAULT_WEIGHT_SCALES, WEIGHT_SCALES
 from .emit.names import ascii_text
 from .errors import CheckFailed, O2GError
@@ -37,8 +37,9 @@ def _common(f):
                      "test_data_set_* directory); without it: deterministic random data and a warning."),
         click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples."),
         click.option("--calib-method", type=click.Choice(list(METHODS)), default="mse",
-                     show_default=True, help="Range estimator (output: of mse, percentile and minmax, the "
-                     "one that disturbs each tensor's consumers least)."),
+                     show_default=True, help="Range estimator (mse: the clip of least int8 error, but where a "
+                     f"max-pool reads, not below the level {POOLED_SHARE:.0%} of the samples reach; output: of mse, "
+                     "percentile and minmax, the one that disturbs each tensor's consumers least)."),
         click.option("--config", "config", default="default", show_default=True,
                      help="Gemmini configuration: a preset name or a JSON file."),
         click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",
