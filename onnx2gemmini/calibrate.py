@@ -175,16 +175,20 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
 
 def pooled_tensors(model: onnx.ModelProto) -> set[str]:
     """Tensors a max-pool reads, directly or through elementwise monotone activations, and the pools'
-    outputs. Why: mse weighs every value alike, so it clips the rare largest values, but a max-pool keeps
+    outputs (with their Identity copies: golden.build_float ends a fused conv -> ReLU -> pool that way). Why: mse weighs every value alike, so it clips the rare largest values, but a max-pool keeps
     exactly those; and the few values past mse's threshold sit in many samples. On MTCNN O-Net (conv ->
     PReLU -> max-pool first), mse clipped the first conv's output to 73% of its largest calibrated value,
     where 35% of the calibration crops reach, and the crops whose faces the net is unsure of are those."""
     made_by = {o: n for n in model.graph.node for o in n.output if o}
+    copies = {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "Identity"}
     pooled = set()
     for node in model.graph.node:
         if node.op_type not in POOL_READERS or node.domain not in ("", "ai.onnx"):
             continue
-        pooled.update(o for o in node.output[:1] if o)
+        name = node.output[0]
+        while name and name not in pooled:  # the output, and its copies (a fused pool's node output)
+            pooled.add(name)
+            name = copies.get(name, "")
         name = node.input[0]
         while name and name not in pooled:
             pooled.add(name)

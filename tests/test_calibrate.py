@@ -162,3 +162,22 @@ def test_the_floor_is_mses_only():
     floor = float(np.quantile([float(data.sample(i)["x"].max()) for i in range(data.num_samples)], POOLED_SHARE))
     for method in ("percentile", "output"):  # output-aware judges the plain mse threshold among its candidates
         assert statistics(pooled_or_summed("pool"), data, method).amax["r"] != floor
+
+
+def test_a_pool_fused_into_its_conv_keeps_the_floor():
+    """passes/fuse_maxpool.py moves Conv -> Relu -> MaxPool into one node, whose float model
+    (golden.build_float) ends in Identity copies: the node's output is still a pool's output."""
+    import onnx2gemmini as o2g
+    from onnx2gemmini.calibrate import POOLED_SHARE, pooled_tensors, session
+    from onnx2gemmini.golden import build_float
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    model = infer_outputs(nodes, {"x": [1, 1, 128, 128]}, {"W": np.ones((2, 1, 1, 1), np.float32)})
+    data = tail_in_many_samples()
+    compiled = o2g.compile(model, calib=data, equalize=False, bias_correction=False)
+    (node,) = [n for n in compiled.graph.nodes if n.op_type == "Conv"]
+    assert node.fused.pool is not None and node.outputs == ["y"]
+    assert "y" in pooled_tensors(build_float(compiled.graph))
+    sess = session(model, ["y"])
+    tops = [float(np.abs(sess.run(["y"], data.sample(i))[0]).max()) for i in range(data.num_samples)]
+    assert compiled.quant.amax["y"] == float(np.quantile(tops, POOLED_SHARE))
