@@ -38,8 +38,8 @@ def _common(f):
         click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples."),
         click.option("--calib-method", type=click.Choice(list(METHODS)), default="mse",
                      show_default=True, help="Range estimator (mse: the clip of least int8 error, but where a "
-                     f"max-pool reads, not below the level {POOLED_SHARE:.0%} of the samples reach; output: of mse, "
-                     "percentile and minmax, the one that disturbs each tensor's consumers least)."),
+                     f"max-pool reads, not below the level {POOLED_SHARE:.0%} of the samples reach; output: "
+                     "of mse, percentile and minmax, the one that disturbs each tensor's consumers least)."),
         click.option("--config", "config", default="default", show_default=True,
                      help="Gemmini configuration: a preset name or a JSON file."),
         click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",
