@@ -123,7 +123,6 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
     mean_tensors = list(dict.fromkeys(mean_tensors))
     outputs = list(dict.fromkeys(every + mean_tensors))
     keep = method != "minmax"
-    amax = {t: 0.0 for t in wanted}
     kept: dict[str, list[np.ndarray]] | None = {t: [] for t in wanted} if keep else None
     zeros = {t: 0 for t in wanted}
     kept_bytes = 0
@@ -140,7 +139,6 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
                 progress(done)
             sample_bytes = max(sample_bytes, sample["bytes"])
             for t, (top, nonzero, zero_count) in sample["ranges"].items():
-                amax[t] = max(amax[t], top)
                 tops[t].append(top)
                 if kept is not None:
                     zeros[t] += zero_count
@@ -153,6 +151,7 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
                 for k, m in sample_means.items():
                     entry[k] = entry[k] + m
         means = {t: {k: np.asarray(s) / data.num_samples for k, s in entry.items()} for t, entry in sums.items()}
+        amax = {t: max(tops[t], default=0.0) for t in wanted}
         if not keep:
             return Statistics(amax, means)
         positive = [t for t in wanted if amax[t] > 0]
@@ -165,11 +164,9 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
         candidates = {t: _candidates(hist[t], amax[t]) if amax[t] > 0 else [0.0] for t in wanted}
         samples = range_search.take_samples(data, sample_bytes)
         return Statistics(range_search.choose(model, sess, outputs, samples, candidates), means, passes)
-    if method == "percentile":
-        return Statistics({t: (_percentile(hist[t], amax[t]) if amax[t] > 0 else 0.0) for t in wanted}, means,
-                          passes)
-    pooled = pooled_tensors(model)
-    return Statistics({t: (max(_mse(hist[t], amax[t]), sample_floor(tops[t]) if t in pooled else 0.0)
+    pick = _percentile if method == "percentile" else _mse
+    floored = pooled_tensors(model) if method == "mse" else set()
+    return Statistics({t: (max(pick(hist[t], amax[t]), sample_floor(tops[t]) if t in floored else 0.0)
                            if amax[t] > 0 else 0.0) for t in wanted}, means, passes)
 
 
