@@ -9,7 +9,7 @@
 A torch.nn.Module compiles too: o2g.compile(module, example_inputs=(x,), calib=...). docs/api.md has the
 whole API.
 """
-from .compiler import Compiled, compile
+from .compiler import DEFAULT_WEIGHT_SCALES, Compiled, compile
 from .errors import CheckFailed, DataError, ModelError, O2GError, OutputError, UnsupportedError, UsageError
 from .results import DiffResult
 from .version import __version__
@@ -21,7 +21,7 @@ __all__ = ["compile", "diff", "Compiled", "DiffResult", "O2GError", "UsageError"
 def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=None,
          calib_method: str = "mse", num_samples: int | None = None, equalize: bool = True,
          tiling: str = "search", bias_correction: bool = True,
-         weight_scales: str = "tensor", limits=None, example_inputs=None, workers: int | None = 1,
+         weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, workers: int | None = 1,
          ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,
          save_outputs=None, sensitivity: bool = False, keep_float=None, adaround: bool = False) -> DiffResult:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).

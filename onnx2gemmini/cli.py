@@ -51,8 +51,10 @@ def _common(f):
         click.option("--bias-correction/--no-bias-correction", default=True, show_default=True,
                      help="Correct biases for the mean error of int8 weights (uses the calibration data)."),
         click.option("--weight-scales", type=click.Choice(WEIGHT_SCALES), default=DEFAULT_WEIGHT_SCALES,
-                     show_default=True, help="tensor: one weight scale per layer; groups: one per DIM output "
-                     "channels; channel: one per output channel (each group is its own Gemmini call)."),
+                     show_default=True, help="sorted: one weight scale per layer, except convs whose channel "
+                     "ranges differ 4x or more between runs of DIM channels sorted by range (one scale per run); "
+                     "tensor: one per layer; groups: one per DIM output channels; channel: one per output "
+                     "channel (each group is its own Gemmini call)."),
         click.option("--adaround", is_flag=True, help="Round each conv/matmul weight up or down to minimise the "
                      "layer's output error on the calibration data (AdaRound) instead of to nearest; slower."),
         click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER[,LAYER...]",

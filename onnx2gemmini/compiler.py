@@ -116,18 +116,19 @@ def _feed(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-def prepare(model_path, input_shape=None, config=None, equalize: bool = False
+def prepare(model_path, input_shape=None, config=None, equalize: bool = False, sort_channels: bool = False
             ) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
     """Load, check and rewrite a model, and pre-flight it (no data needed)."""
     cfg = load_config(config)
     loaded = load(model_path, parse_input_shapes(input_shape))
-    graph, changes = run_passes(from_onnx(loaded.model), cfg, ("equalize",) if equalize else ())
+    optional = ("equalize",) * equalize + ("sort_channels",) * sort_channels
+    graph, changes = run_passes(from_onnx(loaded.model), cfg, optional)
     preflight(graph)
     return loaded, graph, cfg, changes
 
 
-WEIGHT_SCALES = ("tensor", "groups", "channel")
-DEFAULT_WEIGHT_SCALES = "tensor"
+WEIGHT_SCALES = ("tensor", "sorted", "groups", "channel")
+DEFAULT_WEIGHT_SCALES = "sorted"
 
 
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
@@ -145,10 +146,12 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     The defaults come from scripts/bench_quantization.py (output SQNR vs fp32 on two trained depthwise
     nets; see the README): `calib_method` "mse" (+0.7 to +4.3 dB over minmax), `equalize` (cross-layer
     equalization of conv -> ReLU -> conv pairs; -0.1 to +1.2 dB), `bias_correction` (cancels the mean output
-    error of int8 weights using calibration statistics; 0 to +1.0 dB). `weight_scales`: "tensor" (one
-    weight scale per layer, the default: the others gained at most 0.7 dB at up to 1.9x the cycles), "groups"
-    (one per DIM output channels) or "channel" (one per output channel); each group of a conv or matmul is
-    its own Gemmini call writing its channels in place.
+    error of int8 weights using calibration statistics; 0 to +1.0 dB). `weight_scales`: "sorted" (the
+    default, from scripts/bench_real_models.py: one scale per layer, except where a conv's channel ranges
+    differ so much that, with its output channels sorted by range, each run of DIM gets a scale and the
+    smallest run's is 4x finer or more; passes/sort_channels.py), "tensor" (one weight scale per layer),
+    "groups" (one per DIM output channels, in the model's order) or "channel" (one per output channel); each
+    group of a conv or matmul is its own Gemmini call writing its channels in place.
     `tiling`: "search" picks every matmul/conv tile (explicit-tile calls); "auto" leaves it to gemmini.h.
     `limits`: overrides of the size limits ({name: value} or NAME=VALUE strings; see limits.py).
     `progress(phase, done, total)`: called as each phase (load, calibrate, quantize, plan, tiling) starts
@@ -217,7 +220,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     timing: dict[str, float] = {}
     phase = _Phases(timing, progress)
     with phase("load"):
-        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize)
+        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize, weight_scales == "sorted")
         kept = keep_float_mod.check_layers(graph, keep_float, lambda: _original_ops(loaded)) if keep_float \
             else frozenset()
     warnings = []
@@ -241,7 +244,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     with phase("quantize"):
         quant = build_table(graph, handlers_for(graph), amax, calib_method if data is not None else "from the model",
                             data.num_samples if data is not None else 0, means,
-                            {"tensor": 0, "groups": cfg.dim, "channel": 1}[weight_scales], kept,
+                            {"groups": cfg.dim, "channel": 1}.get(weight_scales, 0), kept,
                             Rounder.from_data(graph, build_float(graph), data) if adaround and data is not None
                             else None)
     warnings += joined_ranges(graph, quant)

@@ -79,11 +79,13 @@ class Graph:
     # Scales a pre-quantized (QDQ) model fixes: activation tensor -> scale, weight initializer -> scale.
     fixed_scales: dict[str, float] = field(default_factory=dict)
     fixed_weight_scales: dict[str, float | tuple] = field(default_factory=dict)  # (scales, axis): per channel
+    # Convs whose output channels passes/sort_channels.py sorted by weight range: node -> weight-scale group size
+    channel_groups: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> "Graph":
         return Graph(self.name, self.opset, copy.deepcopy(self.nodes), dict(self.initializers),
                      list(self.inputs), list(self.outputs), dict(self.shapes), dict(self.dtypes),
-                     dict(self.fixed_scales), dict(self.fixed_weight_scales))
+                     dict(self.fixed_scales), dict(self.fixed_weight_scales), dict(self.channel_groups))
 
     def producer(self, tensor: str) -> Node | None:
         for node in self.nodes:

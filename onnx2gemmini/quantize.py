@@ -291,7 +291,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
             axis = axes[1] if axes else None
             s_in = scales[activations[0]]
             accumulates = node.fused.accumulate  # int32 accumulators out: one scale for all their columns
-            wq = quantize_weights(w, b, s_in, fixed_w, axis, 0 if accumulates else weight_group)
+            group = 0 if accumulates else graph.channel_groups.get(node.name, weight_group)
+            wq = quantize_weights(w, b, s_in, fixed_w, axis, group)
             rounded = rounder(node.name, w, wq) if rounder is not None and fixed_w is None else None
             if rounded is not None:
                 wq = dataclasses.replace(wq, q=rounded)

@@ -10,7 +10,7 @@ from typing import Callable
 from ..config import GemminiConfig
 from ..graph import Graph
 from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_maxpool,
-               einsum_weights, qdq_import, recurrent_projection, scatter_block)
+               einsum_weights, qdq_import, recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -33,14 +33,15 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 )
 
 
-# Optional passes, run after the default ones when asked for.
-OPTIONAL: dict[str, Pass] = {"equalize": equalize.run}
+# Optional passes, run after the default ones when asked for, in this order (channels sort on the equalized
+# weights).
+OPTIONAL: dict[str, Pass] = {"equalize": equalize.run, "sort_channels": sort_channels.run}
 
 
 def run_passes(graph: Graph, config: GemminiConfig, optional: tuple[str, ...] = ()) -> tuple[Graph, list[str]]:
     """A rewritten copy of `graph` and the change log of every pass."""
     graph = graph.copy()
     changes: list[str] = []
-    for name, rewrite in PASSES + tuple((n, OPTIONAL[n]) for n in optional):
+    for name, rewrite in PASSES + tuple((n, fn) for n, fn in OPTIONAL.items() if n in optional):
         changes.extend(f"{name}: {line}" for line in rewrite(graph, config))
     return graph, changes

@@ -18,6 +18,7 @@ from tests.ops.test_binary import prelu_model
 from tests.ops.test_recurrent import rnn_model
 from tests.ops.test_activations import se_block
 from tests.test_passes import bn_scale_relu
+from tests.test_sort_channels import sorted_chain
 
 
 def single(op, shape=(1, 4, 6, 6), inits=None, extra_inputs=(), **attrs):
@@ -196,6 +197,7 @@ MODELS = {
     "dense_block": dense_block,
     "conv_weight_scale_per_channel": lambda: conv_model(c=5, oc=6, post=("relu", "maxpool2_2_0")),
     "gemm_weight_scale_groups": lambda: gemm(),
+    "conv_sorted_channels_silu_prelu": lambda: sorted_chain("silu_pool_prelu"),
     "depthwise_relu": lambda: depthwise(),
     "depthwise_multiplier2": lambda: depthwise(2),
     "grouped_conv": lambda: grouped_model(),
