@@ -954,6 +954,7 @@ def evaluate(row: dict) -> dict:
                     layer["from"] = [made_by[i] for i in node.inputs if i in made_by]
                 result["layers"] = r["layers"]
             result["gemmini_calls"] = sum(s.target == "gemmini" and s.kind != "quantize" for s in compiled.plan.steps)
+            result["est_cycles"] = sum((c or {}).get("est_cycles") or 0 for c in (compiled.plan.costs or []))
         else:
             result["method"] = row["method"]
             qdq = Path(_W["tmp"]) / f"{model.key}_ort_{row['method']}.onnx"
@@ -1072,16 +1073,18 @@ def print_model(key: str, entry: dict) -> None:
           f"samples; fp32 on them: {entry['fp32']}")
     model = MODELS[key]
     others = [n for n in entry["rows"][0].get("outputs", {}) if n != model.primary]
-    print(f"    {'configuration':34} {'SQNR dB':>8} {'cosine':>8}  {'other outputs SQNR':20} {'exact':5} {'s':>5}  "
-          f"task figure (int8 vs fp32)")
+    print(f"    {'configuration':52} {'SQNR dB':>8} {'cosine':>8}  {'other outputs SQNR':20} {'exact':5} {'s':>5} "
+          f"{'calls':>6} {'est. cycles':>12}  task figure (int8 vs fp32)")
     for r in entry["rows"]:
         if "error" in r:
-            print(f"    {r['label']:34} ERROR {r['error']}")
+            print(f"    {r['label']:52} ERROR {r['error']}")
             continue
         other = ", ".join(f"{n[:10]} {fmt(r['outputs'][n]['sqnr_db'], '.1f')}" for n in others)
         exact = "-" if "verdict" not in r else ("ok" if r["verdict"]["passed"] else "FAIL")
-        print(f"    {r['label']:34} {fmt(r['sqnr_db']):>8} {fmt(r['cosine'], '.4f'):>8}  {other:20} {exact:5} "
-              f"{r['seconds']:5.0f}  {r['task']['text']}")
+        calls, cycles = r.get("gemmini_calls"), r.get("est_cycles")
+        print(f"    {r['label']:52} {fmt(r['sqnr_db']):>8} {fmt(r['cosine'], '.4f'):>8}  {other:20} {exact:5} "
+              f"{r['seconds']:5.0f} {'' if calls is None else calls:>6} {'' if cycles is None else f'{cycles:,}':>12}  "
+              f"{r['task']['text']}")
 
 
 def layer_gaps(entry: dict, a_label: str, b_label: str) -> list[dict]:

@@ -45,9 +45,11 @@ def test_groups_follow_the_array_width():
     assert len([s for s in compiled.plan.steps if s.kind == "conv"]) == 3
 
 
-def test_per_tensor_is_one_call_and_the_default():
+@pytest.mark.parametrize("weight_scales", ["tensor", "sorted"])
+def test_one_scale_is_one_call(weight_scales):
+    """Per tensor; and by default (sorted) where the channel ranges are close, as in this random conv."""
     model = conv_model(c=8, oc=40)
-    compiled = o2g.compile(model, calib=random_dataset(model, 2, 0))
+    compiled = o2g.compile(model, calib=random_dataset(model, 2, 0), weight_scales=weight_scales)
     assert len([s for s in compiled.plan.steps if s.kind == "conv"]) == 1
     assert all(wq.channel_scale is None for wq in compiled.quant.weights.values())
 
