@@ -3,9 +3,10 @@ channels of like range share a weight-scale group, and the int8 code stays bit-e
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import onnx2gemmini as o2g
 from onnx2gemmini.compiler import prepare
@@ -22,7 +23,7 @@ def spread_weights(oc=OC, c=8, k=3, small=0.02, seed=0) -> np.ndarray:
     return w * np.where(np.arange(oc) % 3 == 0, 1.0, small).astype(np.float32).reshape(-1, 1, 1, 1)
 
 
-def sorted_chain(reader: str = "silu", small: float = 0.02) -> "onnx.ModelProto":  # noqa: F821
+def sorted_chain(reader: str = "silu", small: float = 0.02) -> onnx.ModelProto:
     """x -> conv (OC channels of spread ranges) -> `reader` -> 1x1 conv -> y."""
     inits = {"W0": spread_weights(small=small), "B0": rng(1).normal(0, 0.2, OC).astype(np.float32),
              "W1": rng(2).normal(0, 0.3, (6, OC, 1, 1)).astype(np.float32)}
@@ -95,7 +96,6 @@ def test_order_is_kept_where_a_reader_needs_it(tail):
     """A Concat, an Add or a model output sees the channels as the model has them: no sorting there."""
     model = sorted_chain("relu")
     nodes, inits = list(model.graph.node), {t.name: t for t in model.graph.initializer}
-    from onnx import numpy_helper
     consts = {k: numpy_helper.to_array(v) for k, v in inits.items()}
     outputs = ("y",)
     if tail == "concat":
@@ -127,3 +127,13 @@ def test_group_gain():
     assert group_gain_db(np.array([8.0, 1.0, 8.0, 1.0]), 2) == 0.0
     assert group_gain_db(np.zeros(4), 2) == 0.0
     assert MIN_GAIN_DB == pytest.approx(20 * np.log10(4))
+
+
+def test_channels_already_in_order_are_grouped_in_place():
+    model = sorted_chain("relu")
+    w0 = next(t for t in model.graph.initializer if t.name == "W0")
+    w = numpy_helper.to_array(w0)
+    w0.CopyFrom(numpy_helper.from_array(w[np.argsort(-np.abs(w).reshape(OC, -1).max(axis=1), kind="stable")], "W0"))
+    _, graph, _, _ = prepare(model, sort_channels=True)
+    conv = next(n for n in graph.nodes if n.name == "conv0")
+    assert graph.channel_groups == {"conv0": 16} and conv.inputs[1] == "W0"  # grouped, nothing permuted

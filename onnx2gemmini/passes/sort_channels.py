@@ -55,7 +55,8 @@ def _followers(graph: Graph, tensor: str) -> tuple[list[Node], list[Node]] | Non
                 return None  # a MaxPool's indices
             if reader.op_type == "PRelu":
                 slope = graph.const(reader.inputs[1])
-                if slope is None or slope.size > 1 and _slope_axis(slope.shape, len(graph.shapes[t])) is None:
+                rank = len(graph.shapes[t]) if t in graph.shapes else 0
+                if slope is None or slope.size > 1 and _slope_axis(slope.shape, rank) is None:
                     return None
                 prelus.append(reader)
             elif reader.op_type == "Mul" and reader.fused.gate is not None and len(reader.inputs) == 1:
@@ -105,20 +106,23 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         if found is None:
             continue
         convs, prelus = found
-        if np.array_equal(order, np.arange(len(order))):
-            graph.channel_groups[node.name] = config.dim
-            continue
-        node.inputs[1] = _permuted(graph, node.inputs[1], order, 0, f"{node.name}_sorted_W")
-        if len(node.inputs) > 2 and node.inputs[2]:
-            node.inputs[2] = _permuted(graph, node.inputs[2], order, 0, f"{node.name}_sorted_B")
-        for prelu in prelus:
-            slope = graph.const(prelu.inputs[1])
-            if slope.size > 1:
-                axis = _slope_axis(slope.shape, len(graph.shapes[prelu.inputs[0]]))
-                prelu.inputs[1] = _permuted(graph, prelu.inputs[1], order, axis, f"{prelu.name}_sorted_slope")
-        for conv in convs:
-            conv.inputs[1] = _permuted(graph, conv.inputs[1], order, 1, f"{conv.name}_sorted_W")
+        if not np.array_equal(order, np.arange(len(order))):
+            _permute(graph, node, convs, prelus, order)
         graph.channel_groups[node.name] = config.dim
-        changes.append(f"{node.name}: {len(order)} output channels sorted by weight range (read by "
-                       f"{', '.join(c.name for c in convs)})")
+        changes.append(f"{node.name}: {len(order)} output channels sorted by weight range, one scale per "
+                       f"{config.dim} (read by {', '.join(c.name for c in convs)})")
     return changes
+
+
+def _permute(graph: Graph, node: Node, convs: list[Node], prelus: list[Node], order: np.ndarray) -> None:
+    """`node`'s output channels in `order`, and the channels its readers see to match."""
+    node.inputs[1] = _permuted(graph, node.inputs[1], order, 0, f"{node.name}_sorted_W")
+    if len(node.inputs) > 2 and node.inputs[2]:
+        node.inputs[2] = _permuted(graph, node.inputs[2], order, 0, f"{node.name}_sorted_B")
+    for prelu in prelus:
+        slope = graph.const(prelu.inputs[1])
+        if slope.size > 1:
+            axis = _slope_axis(slope.shape, len(graph.shapes[prelu.inputs[0]]))
+            prelu.inputs[1] = _permuted(graph, prelu.inputs[1], order, axis, f"{prelu.name}_sorted_slope")
+    for conv in convs:
+        conv.inputs[1] = _permuted(graph, conv.inputs[1], order, 1, f"{conv.name}_sorted_W")
