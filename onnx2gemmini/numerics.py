@@ -26,6 +26,18 @@ def f32(x: float) -> float:
     return float(np.float32(x))
 
 
+def channel_ranges(w: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Each channel's largest |w| along `axis` (the range one weight scale per channel covers)."""
+    if not w.size:
+        return np.zeros(w.shape[axis])
+    return np.max(np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)), axis=1)
+
+
+def run_tops(ranges: np.ndarray, size: int) -> np.ndarray:
+    """The largest range of each run of `size` channels, in order (one weight scale per run)."""
+    return np.asarray([np.max(ranges[i:i + size]) for i in range(0, len(ranges), size)], np.float64)
+
+
 def scale_for(amax: float) -> float:
     """Symmetric int8 scale of a range; an all-zero (or non-finite) range gets a harmless 1/127."""
     return f32(amax / INT8_MAX) if amax > 0 and np.isfinite(amax) else f32(1.0 / INT8_MAX)

@@ -18,7 +18,8 @@ import numpy as np
 
 from .errors import UnsupportedError
 from .graph import Graph, NodeView, topological
-from .numerics import along_axis, bias_scale, quantize_bias, scale_for, symmetric_int8
+from .numerics import (along_axis, bias_scale, channel_ranges, quantize_bias, run_tops, scale_for,
+                       symmetric_int8)
 
 @dataclass(frozen=True)
 class WeightQuant:
@@ -132,12 +133,8 @@ def _segment_scales(graph: Graph, node, scales: dict[str, float]) -> tuple[int, 
 
 def group_scales(w: np.ndarray, axis: int, size: int) -> np.ndarray:
     """One scale per run of `size` output channels (along `axis`), from each run's largest magnitude."""
-    amax = np.max(np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)), axis=1) if w.size else \
-        np.zeros(w.shape[axis])
-    scales = np.empty(w.shape[axis], np.float32)
-    for start in range(0, w.shape[axis], size):
-        scales[start:start + size] = scale_for(float(np.max(amax[start:start + size])))
-    return scales
+    tops = run_tops(channel_ranges(w, axis), size)
+    return np.repeat(np.asarray([scale_for(float(t)) for t in tops], np.float32), size)[:w.shape[axis]]
 
 
 def quantize_weights(w: np.ndarray, b: np.ndarray | None, s_in: float, s_w=None, axis: int | None = None,

@@ -40,6 +40,9 @@ OPTIONAL: dict[str, Pass] = {"equalize": equalize.run, "sort_channels": sort_cha
 
 def run_passes(graph: Graph, config: GemminiConfig, optional: tuple[str, ...] = ()) -> tuple[Graph, list[str]]:
     """A rewritten copy of `graph` and the change log of every pass."""
+    unknown = set(optional) - set(OPTIONAL)
+    if unknown:
+        raise ValueError(f"unknown optional passes: {sorted(unknown)}")
     graph = graph.copy()
     changes: list[str] = []
     for name, rewrite in PASSES + tuple((n, fn) for n, fn in OPTIONAL.items() if n in optional):

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..config import GemminiConfig
 from ..graph import Graph, Node
+from ..numerics import channel_ranges
 from .rewrite import add_initializer
 
 ROUNDS = 4
@@ -47,9 +48,8 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             w1 = graph.const(conv1.inputs[1]).astype(np.float64)
             w2 = graph.const(conv2.inputs[1]).astype(np.float64)
             depthwise2 = conv2.attrs.get("group", 1) == w2.shape[0] and w2.shape[1] == 1
-            r1 = np.abs(w1).reshape(w1.shape[0], -1).max(axis=1)
-            r2 = np.abs(w2).reshape(w2.shape[0], -1).max(axis=1) if depthwise2 else \
-                np.abs(w2).transpose(1, 0, 2, 3).reshape(w2.shape[1], -1).max(axis=1)
+            r1 = channel_ranges(w1, 0)
+            r2 = channel_ranges(w2, 0 if depthwise2 else 1)
             s = np.where((r1 > 0) & (r2 > 0), np.sqrt(r1 / np.where(r2 > 0, r2, 1)), 1.0)
             w1 = w1 / s.reshape(-1, 1, 1, 1)
             w2 = w2 * (s.reshape(-1, 1, 1, 1) if depthwise2 else s.reshape(1, -1, 1, 1))

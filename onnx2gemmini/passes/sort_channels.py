@@ -1,10 +1,11 @@
 """A conv's output channels sorted by weight range, so each group of DIM channels shares a scale that fits it.
 
 Gemmini applies one scale per call, so weight-scale groups (`--weight-scales sorted`) are runs of DIM
-output channels, each its own call. After BatchNorm folding a conv's channel ranges often differ by 10x or
-more, and a run of neighbouring channels mixes them: the small ones keep a few of the 127 levels. Sorting the
-channels by their largest |weight| puts channels of like range in one run, at no cost at run time: the
-readers' input channels are permuted to match, so the float function is unchanged.
+output channels, each its own call. After BatchNorm folding a conv's channel ranges can differ 20x or more
+(23x in the ddddocr detector's stem), and a run of neighbouring channels mixes them: the small ones keep a
+few of the 127 levels. Sorting the channels by their largest |weight| puts channels of like range in one
+run. The sorting itself costs nothing at run time (the readers' input channels are permuted to match, so the
+float function is unchanged); each extra run is one more Gemmini call, hence MIN_GAIN_DB.
 
 A conv is sorted only where every reader of its output, through channel-wise ops (activations, lookup tables,
 pools, PReLU with its slopes permuted too), is another conv reading all its channels, and no tensor on the way
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..config import GemminiConfig
 from ..graph import Graph, Node
+from ..numerics import channel_ranges, run_tops
 from .rewrite import add_initializer
 
 # A conv is sorted and grouped only where it pays: when the finest group's scale is at most a quarter of the
@@ -43,7 +45,7 @@ def _followers(graph: Graph, tensor: str) -> tuple[list[Node], list[Node]] | Non
         if t in seen:
             continue
         seen.add(t)
-        if graph.is_graph_output(t) or t in graph.fixed_scales:
+        if graph.is_graph_output(t):
             return None
         for reader in graph.consumers(t):
             if reader.inputs[0] != t or t in reader.inputs[1:]:
@@ -70,9 +72,9 @@ def _followers(graph: Graph, tensor: str) -> tuple[list[Node], list[Node]] | Non
 def group_gain_db(ranges: np.ndarray, size: int) -> float:
     """How much finer the finest group's scale is than one scale for all, for channel ranges in their order and
     groups of `size` (dB; 0 when all are zero)."""
-    tops = [float(ranges[i:i + size].max()) for i in range(0, len(ranges), size)]
-    finest = min((t for t in tops if t > 0), default=0.0)
-    return 20.0 * float(np.log10(max(tops) / finest)) if finest > 0 else 0.0
+    tops = run_tops(ranges, size)
+    finest = tops[tops > 0]
+    return 20.0 * float(np.log10(tops.max() / finest.min())) if finest.size else 0.0
 
 
 def _slope_axis(shape: tuple[int, ...], rank: int) -> int | None:
@@ -95,13 +97,10 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
     for node in list(graph.nodes):
         if not _plain_conv(graph, node):
             continue
-        w = graph.const(node.inputs[1])
-        if w.shape[0] <= config.dim:
-            continue  # one group either way
-        ranges = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
+        ranges = channel_ranges(graph.const(node.inputs[1]))
         order = np.argsort(-ranges, kind="stable")
         if group_gain_db(ranges[order], config.dim) < MIN_GAIN_DB:
-            continue
+            continue  # also every conv of at most DIM channels: one group either way
         found = _followers(graph, node.outputs[0])
         if found is None:
             continue

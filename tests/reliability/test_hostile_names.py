@@ -178,3 +178,40 @@ def test_hostile_names_in_html_report_and_annotated_model(node_a, node_b, tensor
     added = [p.value for n in annotated.graph.node for p in n.metadata_props if p.key.startswith(KEY)]
     added += [n.doc_string for n in annotated.graph.node] + [p.value for p in annotated.metadata_props]
     assert added and all(all(32 <= ord(c) < 127 or c == "\n" for c in text) for text in added)
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which(CC) is None, reason="needs make and a C compiler")
+def test_hostile_names_through_sorted_channels(tmp_path):
+    """passes/sort_channels.py names its permuted weights after the nodes: those names, and the payloads in
+    every node and tensor name of a model it sorts, reach the C, the MLIR and report.md only escaped."""
+    from tests.test_sort_channels import sorted_chain
+    model = sorted_chain("silu_pool_prelu")
+    rename = {name: f"{PAYLOADS[i % len(PAYLOADS)]}{i}" for i, name in
+              enumerate(dict.fromkeys(t for n in model.graph.node for t in [*n.input, *n.output]))}
+    for i, node in enumerate(model.graph.node):
+        node.name = f"{PAYLOADS[(i + 3) % len(PAYLOADS)]}#{i}"
+        node.input[:] = [rename[t] for t in node.input]
+        node.output[:] = [rename[t] for t in node.output]
+    for t in list(model.graph.initializer) + list(model.graph.input) + list(model.graph.output):
+        t.name = rename[t.name]
+    compiled = o2g.compile(model, calib=random_dataset(model))
+    assert compiled.graph.channel_groups == {model.graph.node[0].name: compiled.config.dim}
+    plan = compiled.plan
+    sample, expected = selftest_case(plan)
+    files = c_files(plan, sample, expected, compiled.command)
+    check_generated_text(files)
+    c_dir = tmp_path / "c"
+    for name, data in files.items():
+        (c_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (c_dir / name).write_bytes(data)
+    hostc.build(c_dir, ("model", "model-selftest"))
+    proc = subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, timeout=60)
+    assert proc.returncode == 0 and b"PASS (exact)" in proc.stdout
+    assert not (c_dir / "PWNED").exists()
+    assert_table_intact(report_markdown(build_report(compiled, compiled.timing)), len(plan.steps))
+    pytest.importorskip("torch_mlir", reason="the MLIR parser comes with the test extra")
+    from onnx2gemmini.emit.mlir import emit_mlir
+    from tests.emit.mlir_interp import parse
+    text = emit_mlir(plan, "onnx2gemmini")
+    assert text.isascii()
+    parse(text)
