@@ -101,7 +101,7 @@ class Rounder:
 
     @classmethod
     def from_data(cls, graph, float_model, data) -> "Rounder":
-        from .calibrate import session
+        from .ort_session import session
         from .graph import NodeView
         from .ops.conv import geometry
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from . import range_search
 from .data import Dataset
-from .errors import ModelError, UsageError
+from .errors import UsageError
+from .ort_session import session
 from .parallel import usable_cores
 
 METHODS = ("minmax", "percentile", "mse", "output")
@@ -62,31 +62,6 @@ def _inferred_types(model: onnx.ModelProto) -> dict[str, int]:
         opset_imports=list(model.opset_import), ir_version=model.ir_version, functions=list(model.functions))
     inferred = onnx.shape_inference.infer_shapes(skeleton).graph
     return {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.value_info) + list(inferred.output)}
-
-
-def session(model: onnx.ModelProto, outputs: list[str] | None = None,
-            level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL) -> ort.InferenceSession:
-    """An onnxruntime CPU session; `outputs` adds intermediate tensors as graph outputs.
-
-    The outputs are added by appending a serialized graph holding only them: protobuf merges concatenated
-    messages (repeated fields append), so the model is neither copied nor mutated."""
-    serialized = model.SerializeToString()
-    if outputs:
-        present = {o.name for o in model.graph.output}
-        typed = {vi.name: vi for vi in model.graph.value_info}
-        extra = onnx.GraphProto()
-        for name in dict.fromkeys(outputs):
-            if name not in present:
-                extra.output.append(typed.get(name) or onnx.helper.make_empty_tensor_value_info(name))
-        serialized += onnx.ModelProto(graph=extra).SerializeToString()
-    options = ort.SessionOptions()
-    options.graph_optimization_level = level
-    options.log_severity_level = 3
-    options.intra_op_num_threads = 1
-    try:
-        return ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}") from None
 
 
 def calibrate(model: onnx.ModelProto, data: Dataset, method: str = "minmax",

@@ -375,6 +375,11 @@ def format_diff(result: dict) -> str:
                          f"noise share {r['noise_share']:7.1%}")
     if result.get("kept_float"):
         lines.append(f"kept float on the CPU (--keep-float): {ascii_text(', '.join(result['kept_float']))}")
+    golden = result.get("golden")
+    if golden and not golden["exact"]:
+        lines.append(f"golden unavailable on this CPU for {', '.join(golden['inexact_ops'])}: onnxruntime's int8 "
+                     f"kernels are not exact on {ascii_text(golden['cpu'])}; "
+                     f"{len(golden['unverified_layers'])} layer(s) unverified, not compared")
     v = result["verdict"]
     first = v.get("first_divergent_layer")
     if first is not None:

@@ -14,6 +14,8 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from .ort_session import session
+
 SOURCES = {"Shape", "Size"}
 # Ops whose output can be as large as an activation although computed from shapes: left to onnxsim, which
 # folds them under its size threshold.
@@ -106,15 +108,9 @@ def _fold_once(model: onnx.ModelProto) -> int:
     feeds = _zero_inputs(model)
     if feeds is None:
         return 0
-    extra = onnx.GraphProto()
-    for t in frontier:
-        extra.output.append(onnx.helper.make_empty_tensor_value_info(t))
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        sess = ort.InferenceSession(model.SerializeToString() + onnx.ModelProto(graph=extra).SerializeToString(),
-                                    options, providers=["CPUExecutionProvider"])
+        sess = session(model, frontier, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                       log_level=4)
         values = dict(zip(frontier, sess.run(frontier, feeds)))
     except Exception:  # noqa: BLE001 - onnxsim and shape inference then see the model as it is
         return 0

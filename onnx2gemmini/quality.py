@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .calibrate import session
+from .ort_session import session
 from .data import Dataset
 from .golden import build_float
 from .run.emulator import Emulator

@@ -20,6 +20,7 @@ import onnx
 
 from .errors import ModelError
 from .numerics import dequantize, quantize, scale_for
+from .ort_session import session
 
 SAMPLES = 8                 # calibration samples the candidates are compared on, at most
 BUDGET_BYTES = 384 * 2**20  # float values of every tensor kept for them, at most
@@ -125,9 +126,8 @@ def _best(t: str, options: list[float], nodes, weights, values, model) -> float:
 
 
 def _sub_session(model, nodes, feeds, ends, weights, values):
-    """calibrate.session on just `nodes` (their weights included), fed `feeds`; None when onnxruntime
+    """ort_session.session on just `nodes` (their weights included), fed `feeds`; None when onnxruntime
     will not build it."""
-    from .calibrate import session  # calibrate imports this module
     used = {i for n in nodes for i in n.input}
     inputs = [onnx.helper.make_tensor_value_info(f, onnx.helper.np_dtype_to_tensor_dtype(values[f][0].dtype),
                                                  list(values[f][0].shape)) for f in feeds]

@@ -79,6 +79,15 @@ class Verdict(TypedDict, total=False):
     first_divergent_layer: str | None
 
 
+class Golden(TypedDict):
+    """Whether onnxruntime's integer kernels were exact on this CPU (ort_session.probe); the layers of a kernel
+    family that was not are unverified: not compared, never FAILED."""
+    exact: bool
+    cpu: str
+    unverified_layers: list[str]
+    inexact_ops: list[str]
+
+
 class Accuracy(TypedDict):
     fp32: float
     int8: float
@@ -94,3 +103,4 @@ class DiffResult(TypedDict, total=False):
     sensitivity: list[LayerSensitivity]  # only when asked for (CONTRACTS.md), most costly first
     kept_float: list[str]          # only with keep_float: the layers run in float on the CPU, graph order
     verdict: Verdict
+    golden: Golden

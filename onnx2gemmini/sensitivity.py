@@ -29,7 +29,7 @@ import math
 import numpy as np
 import onnxruntime as ort
 
-from .calibrate import session
+from .ort_session import session
 from .compare import _layers
 from .compiler import Compiled
 from .data import Dataset

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 import onnx2gemmini as o2g
-from onnx2gemmini.calibrate import session
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.run.emulator import Emulator
 

@@ -54,7 +54,7 @@ quantize_static(model, out, Reader(name, data[name]), quant_format=QuantFormat.Q
 EMULATOR = """
 import json, sys, time, tracemalloc, numpy as np
 import onnx2gemmini as o2g
-from onnx2gemmini.calibrate import session
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.run.emulator import Emulator
 model, calib, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])

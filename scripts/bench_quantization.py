@@ -44,7 +44,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import torch
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
@@ -57,6 +56,7 @@ from torch.nn import functional as F
 import onnx2gemmini as o2g
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.data import Dataset
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.emit.report import build_report
 from onnx2gemmini.plan import CpuOp
 
@@ -221,10 +221,7 @@ class _Reader(CalibrationDataReader):
 
 
 def ort_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    sess = session(path)
     pred = [sess.run(None, {"input": s[None]})[0].argmax() for s in x]
     return float(np.mean(np.array(pred) == y))
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+from onnx2gemmini.ort_session import session
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if "BatchNormalization" not in ops:
         raise RuntimeError(f"BatchNormalization missing from ONNX graph: {ops}")
 
-    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    sess = session(onnx_path)
     ort_logits = sess.run([OUTPUT_NAME], {INPUT_NAME: x_eval})[0]
     max_diff = float(np.abs(ort_logits - torch_logits).max())
     if max_diff >= 1e-4:

@@ -51,7 +51,7 @@ def conv_data(n=6):
 
 def run_float(model, data, tensors):
     """{tensor: float array} per sample, from a plain onnxruntime session."""
-    from onnx2gemmini.calibrate import session
+    from onnx2gemmini.ort_session import session
     sess = session(model, tensors)
     for i in range(data.num_samples):
         yield dict(zip(tensors, sess.run(tensors, data.sample(i))))
@@ -172,7 +172,8 @@ def test_a_pool_fused_into_its_conv_keeps_the_floor():
     """passes/fuse_maxpool.py moves Conv -> Relu -> MaxPool into one node, whose float model
     (golden.build_float) ends in Identity copies: the node's output is still a pool's output."""
     import onnx2gemmini as o2g
-    from onnx2gemmini.calibrate import POOLED_SHARE, pooled_tensors, session
+    from onnx2gemmini.calibrate import POOLED_SHARE, pooled_tensors
+    from onnx2gemmini.ort_session import session
     from onnx2gemmini.golden import build_float
     nodes = [helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]

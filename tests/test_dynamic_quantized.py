@@ -5,12 +5,12 @@ dequantized. Checked exactly against onnxruntime on the float model whose weight
 naming the node."""
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 import onnx2gemmini as o2g
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini import dynamic_quant
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.data import Dataset
@@ -82,7 +82,7 @@ def reference(quantized: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     return sess.run(["out"], {"x": x})[0]
 
 
@@ -160,7 +160,7 @@ def test_older_integer_bias_layout_becomes_conv_with_its_float_bias(variant):
     x = np.random.default_rng(3).uniform(-1, 1, (1, 2, 5, 7)).astype(np.float32)
 
     def run_y(m):
-        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        return ort_session(m).run(None, {"x": x})[0]
 
     expected = run_y(ref)
     assert sqnr_db(expected, run_y(model)) > 25  # the hand-built graph means that Conv

@@ -2,9 +2,9 @@
 and the models then compile and match onnxruntime."""
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini import fold_shapes
 from onnx2gemmini.load import load
 from tests.helpers import assert_matches_ort, rng
@@ -71,7 +71,7 @@ def test_same_padding_folds_to_constants_and_matches_onnxruntime():
     consts = {t.name: numpy_helper.to_array(t).tolist() for t in folded.graph.initializer}
     assert consts == {"pads": [0, 0, 0, 0, 0, 0, 1, 1], "target": [1, 8, -1], "w": consts["w"]}
     x = rng(2).uniform(-1, 1, (1, 4, 7, 7)).astype(np.float32)
-    run = lambda m: ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+    run = lambda m: ort_session(m).run(None, {"x": x})[0]  # noqa: E731
     np.testing.assert_array_equal(run(folded), run(model))
     loaded = load(model).model  # static throughout (onnxsim may merge the Pad into the Conv)
     assert "Shape" not in [n.op_type for n in loaded.graph.node]
@@ -86,7 +86,7 @@ def test_if_on_a_shape_takes_the_branch_onnxruntime_takes():
         assert fold_shapes.fold(folded) == 2  # the condition, then the If
         assert [n.op_type for n in folded.graph.node] == [op, "Identity", "Conv"]
         x = rng(3).uniform(-1, 1, (1, 4, side, side)).astype(np.float32)
-        run = lambda m: ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+        run = lambda m: ort_session(m).run(None, {"x": x})[0]  # noqa: E731
         np.testing.assert_array_equal(run(folded), run(model))
         assert_matches_ort(model)
 

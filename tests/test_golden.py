@@ -2,11 +2,11 @@
 from pathlib import Path
 
 import onnx
-import onnxruntime as ort
 import pytest
 
 import onnx2gemmini as o2g
 from onnx2gemmini.golden import build_qdq
+from onnx2gemmini.ort_session import session as ort_session
 from tests.ops.test_conv import conv_model
 from tests.ops.test_gemm import gemm_model, matmul_model
 from tests.helpers import random_dataset
@@ -15,10 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "models"
 
 
 def optimized_ops(model: onnx.ModelProto, tmp_path) -> list[str]:
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
-    options.log_severity_level = 3
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ort_session(model, save_optimized=tmp_path / "opt.onnx")
     return [n.op_type for n in onnx.load(tmp_path / "opt.onnx").graph.node]
 
 

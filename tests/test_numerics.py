@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini import numerics
 
 
@@ -19,7 +20,6 @@ def test_quantize_is_quantizelinear():
 
 def test_quantize_special_values_match_onnxruntime():
     """NaN, infinities, ties and saturation quantize as onnxruntime's QuantizeLinear does (the golden)."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.5, 1.5, -2.5, 300.0, -300.0, -0.0], np.float32)
@@ -29,7 +29,7 @@ def test_quantize_special_values_match_onnxruntime():
         [helper.make_tensor_value_info("y", TensorProto.INT8, [x.size])],
         [helper.make_tensor("s", TensorProto.FLOAT, [], [1.0]), helper.make_tensor("z", TensorProto.INT8, [], [0])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(model)
     expected = session.run(None, {"x": x})[0]
     assert numerics.quantize(x, 1.0).tolist() == expected.tolist()
     assert numerics.quantize(x, 1.0, lo=0).tolist() == np.maximum(expected, 0).tolist()

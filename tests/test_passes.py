@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.graph import from_onnx
 from onnx2gemmini.load import load
@@ -36,9 +37,8 @@ def test_bn_relu_pool_fold_into_one_conv_with_same_numbers():
     assert conv.outputs == ["y"]
     assert len(changes) == 3
     # the folded conv computes the same floats as conv + BN
-    import onnxruntime as ort
     x = rng(1).normal(size=(1, 3, 8, 8)).astype(np.float32)
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort_session(model).run(None, {"x": x})[0]
     w, b = graph.initializers[conv.inputs[1]], graph.initializers[conv.inputs[2]]
     folded = helper.make_graph([helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[3, 3],
                                                  pads=[1, 1, 1, 1]),
@@ -51,7 +51,7 @@ def test_bn_relu_pool_fold_into_one_conv_with_same_numbers():
                                 helper.make_tensor("B", 1, b.shape, b.ravel())])
     m = helper.make_model(folded, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort_session(m).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 

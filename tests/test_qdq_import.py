@@ -5,11 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 import onnx2gemmini as o2g
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.load import load
 
@@ -46,7 +46,7 @@ def assert_bit_exact_with_onnxruntime(path, n=100):
     compiled = o2g.compile(path)
     assert compiled.quant.method == "from the model" and not compiled.warnings
     scale = compiled.plan.tensors[compiled.plan.outputs[0]].scale
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = ort_session(path)
     x = np.load(ROOT / "digits_eval.npz")["input"][:n]
     ref = np.stack([np.rint(sess.run(None, {"input": x[i:i + 1]})[0] / np.float32(scale)) for i in range(n)])
     np.testing.assert_array_equal(int8_outputs(compiled, n), ref.astype(np.int8))

@@ -4,7 +4,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import onnx2gemmini as o2g
-from onnx2gemmini.calibrate import session
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.golden import build_float, build_qdq

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx2gemmini as o2g
 from onnx2gemmini import quality
-from onnx2gemmini.calibrate import session
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.compare import _layers
 from onnx2gemmini.data import load_data
 from onnx2gemmini.emit import plots

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 import onnx2gemmini as o2g
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini.compiler import prepare
 from onnx2gemmini.golden import build_float
 from onnx2gemmini.passes.sort_channels import MIN_GAIN_DB, group_gain_db
@@ -45,7 +45,7 @@ def sorted_chain(reader: str = "silu", small: float = 0.02) -> onnx.ModelProto:
 
 
 def _run_float(model_or_graph, x: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(model_or_graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(model_or_graph)
     return sess.run(["y"], {"x": x})[0]
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 
 import onnx2gemmini as o2g
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini import quality
 from onnx2gemmini.emit.annotated import KEY, annotated_model, graph_node_names
 from onnx2gemmini.emit.report import build_report
@@ -69,9 +69,8 @@ def test_the_graph_is_unchanged_and_runs():
     onnx.checker.check_model(model)
     assert _bare(model) == _bare(compiled.loaded.model)
     x = DATA[0]
-    a = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    b = ort.InferenceSession(compiled.loaded.model.SerializeToString(),
-                             providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    a = ort_session(model).run(None, {"x": x})
+    b = ort_session(compiled.loaded.model).run(None, {"x": x})
     np.testing.assert_array_equal(a[0], b[0])
 
 

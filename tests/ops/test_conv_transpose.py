@@ -3,13 +3,13 @@
 onnxruntime does not fuse DQ->ConvTranspose->Q into an integer kernel, so the golden sums in float32:
 the stated tolerance is 1 LSB (the int32 sums themselves are exact)."""
 import numpy as np
-import onnxruntime as ort
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from onnx import helper
 
 import onnx2gemmini as o2g
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.graph import NodeView, from_onnx
 from onnx2gemmini.load import load
@@ -160,7 +160,7 @@ def test_refused_forms(build, reason):
 def float_conv_transpose(w, x, **attrs):
     node = helper.make_node("ConvTranspose", ["x", "W"], ["y"], **attrs)
     model = infer_outputs([node], {"x": list(x.shape)}, {"W": w})
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return ort_session(model).run(None, {"x": x})[0]
 
 
 @pytest.mark.parametrize("case", ["stride2_output_padding", "asym_pads_strides", "dilation2", "big_pads_crop",

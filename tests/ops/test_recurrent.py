@@ -8,7 +8,7 @@ from onnx import helper
 
 import onnx2gemmini as o2g
 from onnx2gemmini import kernels
-from onnx2gemmini.calibrate import session
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.compiler import prepare
 from onnx2gemmini.cpu.recurrent import GATES, RECURRENCE
 from onnx2gemmini.golden import build_float

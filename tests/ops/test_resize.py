@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from onnx2gemmini.ort_session import session as ort_session
 from onnx2gemmini.ops.resize import cubic_tables, linear_tables
 from onnx2gemmini import kernels
 from tests.helpers import assert_exact_move, assert_matches_ort, one_node, rng
@@ -130,10 +131,7 @@ def test_resize_linear_random_sizes(h, w, oh, ow, coord):
 
 
 def ort_float_resize(x: np.ndarray, model) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
+    return ort_session(model, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": x})[0]
 
 
 def onnx_scales(shape, out, geometry) -> np.ndarray:
