@@ -605,7 +605,8 @@ _CTC = {}
 def ctc_decoder():
     if "rec" not in _CTC:
         from rapidocr_onnxruntime.ch_ppocr_rec.utils import CTCLabelDecode
-        sess = ort.InferenceSession(str(MODELS["ppocr_rec"].path()), providers=["CPUExecutionProvider"])
+        from onnx2gemmini.ort_session import session
+        sess = session(MODELS["ppocr_rec"].path())
         _CTC["rec"] = CTCLabelDecode(character=sess.get_modelmeta().custom_metadata_map["character"].splitlines())
     return _CTC["rec"]
 
@@ -803,16 +804,20 @@ def configurations(quick: bool) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ onnxruntime's flow
 
-def ort_session(model) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+# onnxruntime's default session entries: what an onnxruntime user gets without the golden's exactness setting.
+# On x86 without VNNI its int8 kernels saturate (onnx2gemmini/ort_session.py), so the figure can be lower there.
+DEFAULT_ENTRIES: dict[str, str] = {}
 
 
-def run_ort(model, name: str, x: np.ndarray) -> list[dict]:
-    sess = ort_session(model)
+def probe_text(found) -> str:
+    """ort_session.Probe in a few words."""
+    return "exact" if found.exact else f"inexact for {', '.join(found.inexact_ops)} (int16 saturation)"
+
+
+def run_ort(model, name: str, x: np.ndarray, entries: dict[str, str] | None = None) -> list[dict]:
+    """onnxruntime's outputs for every sample; `entries` None: the exact golden session (every CPU)."""
+    from onnx2gemmini.ort_session import session
+    sess = session(Path(model), entries=entries)
     names = [o.name for o in sess.get_outputs()]
     return [dict(zip(names, sess.run(names, {name: s}))) for s in x]
 
@@ -960,6 +965,8 @@ def evaluate(row: dict) -> dict:
             qdq = Path(_W["tmp"]) / f"{model.key}_ort_{row['method']}.onnx"
             ort_quantize(ort_source(model, Path(_W["tmp"])), qdq, model.input, _W["calib"], row["method"])
             got = run_ort(qdq, model.input, _W["eval"])
+            default = run_ort(qdq, model.input, _W["eval"], DEFAULT_ENTRIES)
+            result["default_session_sqnr_db"] = output_figures(_W["fp32"], default)[model.primary]["sqnr_db"]
         ref = _W["fp32"]
         result["outputs"] = output_figures(ref, got)
         result["per_sample"] = per_sample_power(ref, got, model.primary)
@@ -1229,7 +1236,7 @@ def summary(results: dict) -> None:
     print("\n=== summary: output SQNR (dB) of the defaults, minmax, the best onnx2gemmini row and onnxruntime; "
           "margin = default - max(minmax, onnxruntime's best), with its 95% paired bootstrap interval")
     print(f"    {'model':12} {'default':>8} {'minmax':>8} {'best ours':>10}  {'':34} {'ort MinMax':>10} "
-          f"{'ort best':>9} {'margin':>24}  task margin vs onnxruntime's best task figure")
+          f"{'ort best':>9} {'(default session)':>17} {'margin':>24}  task margin vs onnxruntime's best task figure")
     for key, e in results.items():
         if e["status"] != "ok":
             print(f"    {key:12} {e['status']}: {e['error'][:100]}")
@@ -1237,7 +1244,8 @@ def summary(results: dict) -> None:
         _, best, ort_best = leaders(e)
         print(f"    {key:12} {fmt(sqnr_of(e, DEFAULT_LABEL)):>8} {fmt(sqnr_of(e, 'minmax')):>8} "
               f"{fmt(best and best['sqnr_db']):>10}  {(best['label'] if best else '')[:34]:34} "
-              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(ort_best and ort_best['sqnr_db']):>9} {margin_text(e):>24}  "
+              f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(ort_best and ort_best['sqnr_db']):>9} "
+              f"{fmt(ort_best and ort_best.get('default_session_sqnr_db')):>17} {margin_text(e):>24}  "
               f"{task_margin_text(e)}")
 
 
@@ -1261,7 +1269,7 @@ def markdown_summary(results: dict, header: str) -> str:
 
         def described(r, lead=""):
             return "" if r is None else f"{r['label']}: {fmt(r['sqnr_db'])}{lead}, {r['task']['text']}"
-        ort_text = described(ort_best) + ("" if rival in (None, ort_best) else
+        ort_text = described(ort_best) + default_session_text(ort_best) + ("" if rival in (None, ort_best) else
                                           f"; best task figure: {rival['label']}: {rival['task']['text']}")
         lines.append("| " + " | ".join(cell(c) for c in (
             key, described(default) if default else "", described(best, best and lead_text(best, default)), ort_text,
@@ -1269,13 +1277,25 @@ def markdown_summary(results: dict, header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def default_session_text(row: dict | None) -> str:
+    """The figure an onnxruntime user gets with its default session, when it is not the exact one (x86
+    without VNNI: int16 saturation)."""
+    figure = row and row.get("default_session_sqnr_db")
+    if figure is None or abs(figure - row["sqnr_db"]) < 0.005:
+        return ""
+    return f" (default onnxruntime session on this CPU: {fmt(figure)})"
+
+
 def margin_text(entry: dict) -> str:
     return fmt(default_margin(entry)) + interval_text(margin_interval(entry))
 
 
-def readme_header(quick: bool, source: str, ort_version: str, seed: int) -> str:
+def readme_header(quick: bool, source: str, ort_version: str, seed: int, cpu: str | None = None) -> str:
     return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''} --readme README.md` "
-            f"(onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}). Output SQNR "
+            f"(onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}"
+            f"{f', CPU {cpu}' if cpu else ''}). onnxruntime's rows run its int8 kernels exactly (the golden's "
+            "session settings); where its default session gives another figure on this CPU (x86 without VNNI "
+            "saturates int16 sums), the onnxruntime cell shows that too. Output SQNR "
             "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
             "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
             f"tensor, {' / '.join(ORT_METHODS)}); task margin = the default's task figure minus onnxruntime's "
@@ -1373,7 +1393,7 @@ def main() -> None:
         summary(results)
         if args.readme:
             write_readme(args.readme, markdown_summary(results, readme_header(
-                settings["quick"], env["source"], env["onnxruntime"], settings["seed"])))
+                settings["quick"], env["source"], env["onnxruntime"], settings["seed"], env.get("cpu"))))
         return
     if args.det_size % 32 or args.det_size < 64:
         parser.error("--det-size: a multiple of 32, at least 64")
@@ -1389,11 +1409,15 @@ def main() -> None:
         print("note: DejaVu fonts not found (apt-get install fonts-dejavu-core); text uses Pillow's default font, "
               "so the figures differ from runs with the fonts")
     import onnx2gemmini
+    from onnx2gemmini.ort_session import probe, run_probe
     source = source_state()  # before --readme writes into the checkout
+    golden, default_session = probe(), run_probe(DEFAULT_ENTRIES)
     print(f"onnx2gemmini {onnx2gemmini.__version__} ({source}), onnxruntime {ort.__version__}, "
           f"numpy {np.__version__}; "
           f"{'quick' if args.quick else 'full'} run, data seed {args.seed}, {args.jobs} worker(s); fonts: "
           f"{', '.join(Path(f).name for f in fonts()) or 'Pillow default'}")
+    print(f"CPU: {golden.cpu}; onnxruntime's int8 kernels: {probe_text(golden)} with the golden's session "
+          f"settings (every onnxruntime row), {probe_text(default_session)} with its default session")
     t0 = time.perf_counter()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -1403,8 +1427,8 @@ def main() -> None:
             print_model(key, entry)
     summary(results)
     if args.readme:
-        write_readme(args.readme, markdown_summary(results, readme_header(args.quick, source,
-                                                                          ort.__version__, args.seed)))
+        write_readme(args.readme, markdown_summary(results, readme_header(args.quick, source, ort.__version__,
+                                                                          args.seed, golden.cpu)))
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
@@ -1427,7 +1451,9 @@ def main() -> None:
                             "det_size": args.det_size,
                             "configurations": configurations(args.quick)},
                "environment": {"onnx2gemmini": onnx2gemmini.__version__, "source": source,
-                               "onnxruntime": ort.__version__,
+                               "onnxruntime": ort.__version__, "cpu": golden.cpu,
+                               "ort_golden_probe": golden.to_dict(),
+                               "ort_default_session_probe": default_session.to_dict(),
                                "numpy": np.__version__, "python": sys.version.split()[0],
                                "fonts": [Path(f).name for f in fonts()]},
                "models": results, "seconds": round(total, 1)}

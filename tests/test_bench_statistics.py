@@ -97,7 +97,7 @@ def test_from_json_rewrites_the_readme_block(tmp_path, monkeypatch, capsys):
                                       "--readme", str(readme)])
     B.main()
     text = readme.read_text()
-    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert text.startswith("before\n") and text.endswith("after\n") and "\nold\n" not in text
     assert "onnx2gemmini abc1234, onnxruntime 9.9, data seed 3" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| rnet "))
     assert "| 3.01 (+3.01 to +3.01) |" in line  # the default against its own minmax (the stronger rival)
