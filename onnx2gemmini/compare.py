@@ -107,9 +107,43 @@ def _holders(plan) -> dict[str, str]:
 MACS_PER_WORKER = 20e9
 
 
+# The rewrite passes keep the float function (BN folding, equalization, channel sorting, fusions), so the float
+# model of the rewritten graph must give the user's model's outputs up to float rounding. Below this SQNR at an
+# output a rewrite changed what the model computes, and diff fails whatever the int8 code does: both goldens
+# are built from the rewritten graph and could not see it.
+REWRITE_MIN_SQNR_DB = 60.0
+# A model that arrives quantized computes with its own int8 noise: compared and reported, not bounded.
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                           "QLinearMatMul", "MatMulInteger", "ConvInteger", "QGemm", "DynamicQuantizeMatMul",
+                           "MatMulIntegerToFloat"})
+
+
+class _Original:
+    """onnxruntime on the model exactly as the user gave it (before load, onnxsim and the rewrite passes)."""
+
+    def __init__(self, serialized: bytes, output_names: list[str]):
+        self.session, self.names = None, []
+        if not serialized:  # over protobuf's 2 GiB
+            return
+        model = onnx.ModelProto.FromString(serialized)
+        declared = {o.name for o in model.graph.output}
+        self.names = [n for n in output_names if n in declared]
+        try:
+            self.session = session(model)
+        except Exception:  # noqa: BLE001 - then its outputs are simply not compared
+            return
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.session is None or not self.names or any(i not in sample for i in self.inputs):
+            return {}
+        return dict(zip(self.names, self.session.run(self.names, {i: sample[i] for i in self.inputs})))
+
+
 class _Checker:
-    """What one process needs to compare samples: the onnxruntime sessions (float model, QDQ golden, one
-    QDQ sub-model per layer) and the emulator. `__call__` compares one sample."""
+    """What one process needs to compare samples: the onnxruntime sessions (the user's model, the float model
+    of the rewritten graph, the QDQ golden, one QDQ sub-model per layer) and the emulator. `__call__` compares
+    one sample."""
 
     def __init__(self, compiled: Compiled):
         plan, graph, quant = compiled.plan, compiled.graph, compiled.quant
@@ -117,6 +151,7 @@ class _Checker:
         self.layers = _layers(compiled)
         qdq = build_qdq(graph, quant, plan.model_name)
         self.output_names = [o.name for o in graph.outputs]
+        self.original = _Original(compiled.loaded.original, self.output_names)
         self.fp32_names = self.output_names + [l.tensor for l in self.layers]
         self.fp32 = session(build_float(graph), [l.tensor for l in self.layers])
         self.golden = session(qdq)
@@ -143,6 +178,7 @@ class _Checker:
         buffers = self.emulator.run(sample, keep=True)
         ref_values = dict(zip(self.fp32_names, self.fp32.run(self.fp32_names, sample)))
         gold = dict(zip(self.output_names, self.golden.run(self.output_names, sample)))
+        original = self.original.run(sample)
         outputs = {}
         for name, tid in zip(self.output_names, plan.outputs):
             t = plan.tensors[tid]
@@ -150,7 +186,7 @@ class _Checker:
             g = quantize(gold[name], t.scales()).astype(np.int32)
             outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(q != g)),
                              "max_lsb": int(np.max(np.abs(q - g))) if q.size else 0,
-                             "fp32": ref_values[name], "int8": t.dequantize(q)}
+                             "fp32": ref_values[name], "int8": t.dequantize(q), "original": original.get(name)}
         layers = []
         for layer, (sess, feeds) in zip(self.layers, self.sub_sessions):
             ours = self.int8_value(buffers, layer.tensor).astype(np.int32)
@@ -195,6 +231,7 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     output_names = [o.name for o in compiled.graph.outputs]
     fp32_out = {n: [] for n in output_names}
     int8_out = {n: [] for n in output_names}
+    original_out = {n: [] for n in output_names}
     stats = {n: {"compared": 0, "mismatches": 0, "max_lsb": 0} for n in output_names}
     sums = [[0.0, 0.0, 0.0, 0.0] for _ in layers]
     samples = [data.sample(i) for i in range(data.num_samples)]
@@ -210,6 +247,7 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
             st["max_lsb"] = max(st["max_lsb"], o["max_lsb"])
             fp32_out[name].append(o["fp32"])
             int8_out[name].append(o["int8"])
+            original_out[name].append(o["original"])
         for layer, total, (lsb, mismatches, compared, *parts) in zip(layers, sums, result["layers"]):
             layer.lsb = max(layer.lsb, lsb)
             layer.mismatches += mismatches
@@ -219,6 +257,7 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     for layer, total in zip(layers, sums):
         layer.sums = total
     result = _summarize(compiled, data, layers, fp32_out, int8_out, stats)
+    _against_original(result, compiled, fp32_out, int8_out, original_out)
     _check_outputs(result, int8_out, fp32_out, checks or OutputChecks())
     if save_to is not None:
         save_outputs(save_to, {n: stacked(v) for n, v in int8_out.items()})
@@ -269,6 +308,33 @@ def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
                          "first_divergent_layer": next((l.name for l in layers
                                                          if l.lsb > 0 and l.name not in unverified), None)}
     return result
+
+
+def _against_original(result: dict, compiled: Compiled, fp32_out: dict, int8_out: dict, original_out: dict) -> None:
+    """Per output, int8 and the rewritten graph's fp32 against the user's original model; a rewritten fp32
+    below REWRITE_MIN_SQNR_DB fails the verdict (unless the original is itself quantized)."""
+    original = compiled.loaded.original
+    quantized = bool(original) and any(n.op_type in QUANTIZED_OPS
+                                       for n in onnx.ModelProto.FromString(original).graph.node)
+    for name, values in original_out.items():
+        if not values or any(v is None for v in values):
+            continue
+        ref = stacked(values).astype(np.float64)
+        fp32, ours = stacked(fp32_out[name]), stacked(int8_out[name])
+        if ref.shape != fp32.shape:
+            continue
+        rewrite_sqnr = sqnr_db(ref, fp32)
+        result["outputs"][name]["int8_vs_original"] = {
+            "max_abs": float(np.max(np.abs(ref - ours))), "cosine": cosine(ref, ours), "sqnr_db": sqnr_db(ref, ours)}
+        result["outputs"][name]["fp32_vs_original"] = {
+            "max_abs": float(np.max(np.abs(ref - fp32))), "sqnr_db": rewrite_sqnr,
+            "min_sqnr_db": None if quantized else REWRITE_MIN_SQNR_DB}
+        if not quantized and rewrite_sqnr is not None and rewrite_sqnr < REWRITE_MIN_SQNR_DB:
+            verdict = result["verdict"]
+            verdict["failures"].append(f"output {name}: the rewritten graph's fp32 is {rewrite_sqnr:.2f} dB SQNR "
+                                       f"from the original model (< {REWRITE_MIN_SQNR_DB:g} dB): a rewrite changed "
+                                       "what the model computes")
+            verdict["passed"] = False
 
 
 def output_segments(compiled: Compiled, name: str, fp32: list[np.ndarray], int8: list[np.ndarray]) -> list[dict]:

@@ -40,6 +40,7 @@ class LoadedModel:
     model: onnx.ModelProto  # simplified, static shapes, constants lifted
     original_opset: int
     files: tuple[str, ...] = ()  # the files read: the model and its external-data files (resolved paths)
+    original: bytes = b""  # the model as the user gave it, serialized: diff's reference for every rewrite
 
 
 def parse_input_shapes(specs: "list[str] | tuple[str, ...] | str | dict | None") -> dict[str, tuple[int, ...]]:
@@ -463,6 +464,7 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
          simplify: bool = True) -> LoadedModel:
     """Read, check, fix shapes and simplify a model file (or an in-memory ModelProto)."""
     model, digest, path, files = _open(path)
+    original = _serialized(model)
     _check_initializers(model)
     _forget_non_positive_dims(model)
     try:
@@ -499,7 +501,15 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
     model = _infer_shapes(model, path)
     _check_activations(model)
     _check_finite(model)
-    return LoadedModel(str(path), digest, model, original_opset, files)
+    return LoadedModel(str(path), digest, model, original_opset, files, original)
+
+
+def _serialized(model: onnx.ModelProto) -> bytes:
+    """The model's bytes, or none past protobuf's 2 GiB (diff then has no original to compare with)."""
+    try:
+        return model.SerializeToString()
+    except ValueError:
+        return b""
 
 
 def _infer_shapes(model: onnx.ModelProto, path: str) -> onnx.ModelProto:

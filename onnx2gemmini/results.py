@@ -39,9 +39,26 @@ class Segment(TypedDict):
     max_abs: float
 
 
+class Int8VsOriginal(TypedDict):
+    """The int8 outputs against onnxruntime's run of the model as the user gave it (before any rewrite)."""
+    max_abs: float
+    cosine: float
+    sqnr_db: float | None
+
+
+class Fp32VsOriginal(TypedDict):
+    """The rewritten graph's float outputs against the user's model: float rounding only, unless a rewrite
+    changed the function; diff fails below `min_sqnr_db` (None: the original is quantized, not bounded)."""
+    max_abs: float
+    sqnr_db: float | None
+    min_sqnr_db: float | None
+
+
 class OutputDiff(TypedDict):
     fp32_vs_int8: Fp32VsInt8
     int8_vs_ort_qdq: Int8VsQdq
+    int8_vs_original: NotRequired[Int8VsOriginal]  # when onnxruntime runs the original and it has the output
+    fp32_vs_original: NotRequired[Fp32VsOriginal]
     segments: NotRequired[list[Segment]]  # only for an output made by a Concat
 
 
