@@ -351,6 +351,11 @@ def format_diff(result: dict) -> str:
                      f"or rtol {rtol}")
         lines.append(f"output {name}: int8 vs onnxruntime QDQ: {q['mismatches']} mismatches in {q['compared']:,} "
                      f"values, max {q['max_lsb']} LSB")
+        if "int8_vs_original" in o:
+            v, r = o["int8_vs_original"], o["fp32_vs_original"]
+            lines.append(f"output {name}: int8 vs the original model: SQNR {_fmt(v['sqnr_db'])} dB, max_abs "
+                         f"{v['max_abs']:.4g}; the rewritten graph's fp32 vs the original: SQNR {_fmt(r['sqnr_db'])} dB"
+                         + ("" if r["min_sqnr_db"] is None else f" (at least {r['min_sqnr_db']:g})"))
         for seg in o.get("segments", []):
             lines.append(f"output {name}: [{seg['start']}:{seg['stop']}] on axis {seg['axis']} from "
                          f"{ascii_text(seg['input'])}: scale {seg['scale']:.4g}, SQNR {_fmt(seg['sqnr_db'])} dB, "
