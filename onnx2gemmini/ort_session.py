@@ -27,12 +27,24 @@ from .errors import ModelError
 
 # The session config entries that make onnxruntime's integer kernels exact (see the module docstring).
 EXACT_ENTRIES = {"session.qdqisint8allowed": "1"}
+# And for a model without Q/DQ nodes (a float model, or one dynamically quantized to MatMulInteger/ConvInteger,
+# whose u8 x s8 products saturate the same way on x86 without VNNI): onnxruntime's u8u8 path for those
+# products. Not for QDQ models: with S8 kernels kept, onnxruntime then fuses QGemms it has no kernel for.
+NO_QDQ_ENTRIES = {"session.x64quantprecision": "1"}
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def exact_entries(model: onnx.ModelProto) -> dict[str, str]:
+    """The entries that make onnxruntime exact on `model` (EXACT_ENTRIES, plus NO_QDQ_ENTRIES without Q/DQ)."""
+    if any(n.op_type in _QDQ_OPS for n in model.graph.node):
+        return dict(EXACT_ENTRIES)
+    return {**EXACT_ENTRIES, **NO_QDQ_ENTRIES}
 
 
 def options(level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads: int = 1,
             entries: dict[str, str] | None = None, log_level: int = 3) -> ort.SessionOptions:
-    """Session options with the exactness entries (`entries` replaces them: only the probe's negative
-    control and the benchmark's "what a default onnxruntime user gets" pass another set)."""
+    """Session options with `entries` (default EXACT_ENTRIES; `session` passes the model's exact_entries, and
+    only the probe's negative control and the benchmark's "what a default onnxruntime user gets" others)."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = level
     opts.log_severity_level = log_level
@@ -52,13 +64,15 @@ def session(model: "onnx.ModelProto | str | Path", outputs: list[str] | None = N
 
     The outputs are added by appending a serialized graph holding only them: protobuf merges concatenated
     messages (repeated fields append), so the model is neither copied nor mutated."""
-    opts = options(level, threads, entries, log_level)
+    path = None
+    if isinstance(model, (str, Path)):
+        path = str(model)
+        model = onnx.load(path, load_external_data=bool(outputs))  # without outputs: only its ops are read
+    opts = options(level, threads, exact_entries(model) if entries is None else entries, log_level)
     if save_optimized is not None:
         opts.optimized_model_filepath = str(save_optimized)
-    if isinstance(model, (str, Path)):
-        if not outputs:
-            return _open(str(model), opts)
-        model = onnx.load(str(model))
+    if path is not None and not outputs:
+        return _open(path, opts)
     serialized = model.SerializeToString()
     if outputs:
         present = {o.name for o in model.graph.output}
@@ -119,12 +133,25 @@ def _rails(rng, shape, low) -> np.ndarray:
     return np.where(rng.random(shape) < 0.5, 127, low).astype(np.int8)
 
 
-def probe_cases(seed: int = 0) -> dict[str, tuple[onnx.ModelProto, np.ndarray, np.ndarray]]:
-    """{op: (QDQ model with a float input, float input, the int8 output it must give)} for the integer
-    kernels a Gemmini compile meets: QLinearConv, and QGemm for MatMul and Gemm.
+@dataclass(frozen=True)
+class ProbeCase:
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    expected: np.ndarray          # the integer result the kernel must give
+    scale: float | None           # the output's quantization scale (None: the output is the integer itself)
 
-    Inputs and weights sit at ±127/-128, so after onnxruntime's S8-to-U8 shift (input + 128 = 255) the pair
-    sums of `vpmaddubsw` exceed 32,767; the output scale keeps most results inside int8."""
+    def mismatches(self, output: np.ndarray) -> int:
+        got = output if self.scale is None else np.rint(output / np.float32(self.scale))
+        return int(np.count_nonzero(got.astype(np.int64) != self.expected))
+
+
+def probe_cases(seed: int = 0) -> dict[str, ProbeCase]:
+    """The integer kernels a compile and its diff meet, each on inputs that saturate int16 pair sums:
+    QLinearConv and QGemm (for MatMul and Gemm) from QDQ models, and the u8 x s8 MatMulInteger of a
+    dynamically quantized model.
+
+    QDQ inputs and weights sit at ±127/-128, so after onnxruntime's S8-to-U8 shift (input + 128 = 255) the
+    pair sums of `vpmaddubsw` exceed 32,767; the output scale keeps most results inside int8."""
     rng = np.random.default_rng(seed)
     cases = {}
     x = _rails(rng, (1, _C, _H, _H), -128)
@@ -134,16 +161,17 @@ def probe_cases(seed: int = 0) -> dict[str, tuple[onnx.ModelProto, np.ndarray, n
     for i in range(3):
         for j in range(3):
             acc += np.einsum("nchw,oc->nohw", xp[:, :, i:i + _H, j:j + _H], w[:, :, i, j].astype(np.int64))
-    cases["Conv"] = _case(helper.make_node("Conv", ["xf", "wf"], ["yf"], pads=[1, 1, 1, 1]), x, w, acc)
+    cases["Conv"] = _qdq_case(helper.make_node("Conv", ["xf", "wf"], ["yf"], pads=[1, 1, 1, 1]), x, w, acc)
     a = _rails(rng, (4, _C * 9), -128)
     b = _rails(rng, (_C * 9, 8), -127)
     acc = a.astype(np.int64) @ b.astype(np.int64)
-    cases["MatMul"] = _case(helper.make_node("MatMul", ["xf", "wf"], ["yf"]), a, b, acc)
-    cases["Gemm"] = _case(helper.make_node("Gemm", ["xf", "wf"], ["yf"]), a, b, acc)
+    cases["MatMul"] = _qdq_case(helper.make_node("MatMul", ["xf", "wf"], ["yf"]), a, b, acc)
+    cases["Gemm"] = _qdq_case(helper.make_node("Gemm", ["xf", "wf"], ["yf"]), a, b, acc)
+    cases["MatMulInteger"] = _integer_case(np.where(rng.random(a.shape) < 0.5, 255, 0).astype(np.uint8), b)
     return cases
 
 
-def _case(node: onnx.NodeProto, x: np.ndarray, w: np.ndarray, acc: np.ndarray):
+def _qdq_case(node: onnx.NodeProto, x: np.ndarray, w: np.ndarray, acc: np.ndarray) -> ProbeCase:
     scale = np.float32(float(np.abs(acc).max()) / 100.0)
     nodes = [helper.make_node("QuantizeLinear", ["x", "one", "zero"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "one", "zero"], ["xf"]),
@@ -156,21 +184,33 @@ def _case(node: onnx.NodeProto, x: np.ndarray, w: np.ndarray, acc: np.ndarray):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(np.float32(1), "one"),
          numpy_helper.from_array(scale, "sy"), numpy_helper.from_array(np.int8(0), "zero")])
+    expected = np.clip(np.rint(acc.astype(np.float32) * (np.float32(1) / scale)), -128, 127).astype(np.int64)
+    return ProbeCase(_model(graph), {"x": x.astype(np.float32)}, expected, float(scale))
+
+
+def _integer_case(a: np.ndarray, w: np.ndarray) -> ProbeCase:
+    """MatMulInteger of u8 activations (zero point 128) and s8 weights, as dynamic quantization writes it."""
+    node = helper.make_node("MatMulInteger", ["a", "w", "a_zero"], ["y"])
+    graph = helper.make_graph(
+        [node], "golden_probe", [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(128), "a_zero")])
+    expected = (a.astype(np.int64) - 128) @ w.astype(np.int64)
+    return ProbeCase(_model(graph), {"a": a}, expected, None)
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    expected = np.clip(np.rint(acc.astype(np.float32) * (np.float32(1) / scale)), -128, 127).astype(np.int8)
-    return model, x.astype(np.float32), expected
+    return model
 
 
 def run_probe(entries: dict[str, str] | None = None) -> Probe:
-    """Run every probe case through `session` (with `entries`, default the exactness entries)."""
+    """Run every probe case through `session` (with `entries`, default each model's exact_entries)."""
     mismatches, compared = {}, {}
-    for op, (model, x, expected) in probe_cases().items():
-        sess = session(model, entries=entries)
-        scale = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "sy"))
-        got = np.rint(sess.run(None, {"x": x})[0] / scale).astype(np.int32)
-        mismatches[op] = int(np.count_nonzero(got != expected))
-        compared[op] = int(expected.size)
+    for op, case in probe_cases().items():
+        mismatches[op] = case.mismatches(session(case.model, entries=entries).run(None, case.feeds)[0])
+        compared[op] = int(case.expected.size)
     return Probe(cpu_description(), mismatches, compared)
 
 

@@ -34,16 +34,19 @@ def test_probe_is_exact_on_this_cpu():
     """An ordinary test, on every CPU: the golden's own sessions compute the saturating cases exactly."""
     found = ort_session.probe()
     assert found.exact, found
-    assert set(found.compared) == {"Conv", "MatMul", "Gemm"} and min(found.compared.values()) > 0
+    assert set(found.compared) == {"Conv", "MatMul", "Gemm", "MatMulInteger"} and min(found.compared.values()) > 0
 
 
 def test_probe_cases_overflow_int16_pairs():
-    """The probe meets the failure only if u8 x s8 pair sums pass 32,767 after onnxruntime's +128 shift:
-    inputs at the rails (-128 becomes 0, 127 becomes 255) against weights of magnitude 127."""
-    for op, (model, x, expected) in ort_session.probe_cases().items():
-        w = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "wq")
-        assert set(np.unique(x)) == {-128.0, 127.0} and set(np.unique(np.abs(w))) == {127}, op
-        assert 0 < np.count_nonzero(np.abs(expected) < 127), op  # most results inside int8, not saturated
+    """The probe meets the failure only if u8 x s8 pair sums pass 32,767: inputs at the rails (after
+    onnxruntime's +128 shift of int8 QDQ inputs, or as uint8 0/255) against weights of magnitude 127."""
+    for op, case in ort_session.probe_cases().items():
+        w = next(numpy_helper.to_array(t) for t in case.model.graph.initializer if t.name in ("wq", "w"))
+        (x,) = case.feeds.values()
+        rails = {0, 255} if x.dtype == np.uint8 else {-128.0, 127.0}
+        assert set(np.unique(x)) == rails and set(np.unique(np.abs(w))) == {127}, op
+        if case.scale is not None:
+            assert 0 < np.count_nonzero(np.abs(case.expected) < 127), op  # most results inside int8
 
 
 # ------------------------------------------------------------------------------ every session, one maker
@@ -176,8 +179,8 @@ def test_golden_is_exact_on_a_cpu_without_vnni():
     run = on_cpu_without_vnni("-c", PROBE)
     assert run.returncode == 0, run.stderr
     golden, default = json.loads(run.stdout.splitlines()[-1])
-    assert golden == {"Conv": 0, "MatMul": 0, "Gemm": 0}
-    assert all(default[op] > 0 for op in ("Conv", "MatMul", "Gemm")), default
+    assert golden == {"Conv": 0, "MatMul": 0, "Gemm": 0, "MatMulInteger": 0}
+    assert all(default[op] > 0 for op in golden), default
 
 
 @needs_qemu
