@@ -30,6 +30,10 @@ class GemminiConfig:
     has_normalizations: bool = False
     acc_read_full_width: bool = True
     mvin_scale: bool = True
+    # Cycles per instruction of the SoC's host core, which runs every CPU step: estimated cycles = the
+    # instructions measured on Spike (cpu/cost_table.py) x cpu_cpi. 1.21 is Rocket's measured CPI on integer
+    # code: RTL simulation of riscv-tests' Dhrystone, mcycle 241,070 / minstret 199,268 (docs/cost_model.md).
+    cpu_cpi: float = 1.21
 
     @property
     def bank_rows(self) -> int:
@@ -61,6 +65,8 @@ class GemminiConfig:
                 raise UsageError(f"config {self.name}: {field} {value} is above {largest} (no Gemmini is that large)")
         if self.bank_rows < 1 or self.acc_rows < 2 * self.dim:
             raise UsageError(f"config {self.name}: scratchpad/accumulator too small for dim {self.dim}")
+        if not (isinstance(self.cpu_cpi, (int, float)) and 0 < self.cpu_cpi <= 1000):
+            raise UsageError(f"config {self.name}: cpu_cpi must be a number of cycles per instruction in (0, 1000]")
         if self.dataflow not in ("WS", "OS", "BOTH"):
             raise UsageError(f"config {self.name}: dataflow must be WS, OS or BOTH")
         if self.dataflow == "OS":
@@ -144,6 +150,8 @@ def _from_json(path: Path, data) -> GemminiConfig:
     for k, v in fields.items():
         expected = type(getattr(base, k))
         is_int = isinstance(v, int) and not isinstance(v, bool)
+        if expected is float and is_int:
+            fields[k] = v = float(v)
         if (expected is int and not is_int) or (expected is not int and not isinstance(v, expected)):
             raise UsageError(f"--config: {path}: '{k}' must be {expected.__name__}")
     return dataclasses.replace(base, **fields).validate()

@@ -35,8 +35,8 @@ FLOAT_CONV = CFunction("o2g_float_conv", (("x", In("int8_t")), ("weights", In("f
 # picolibc; Spike's instret), per multiply-accumulate of a tap inside the input (dense, or one input channel
 # per group: depthwise), per output value and per output pixel. Fitted by `python scripts/bench_spike.py
 # --float-conv` over 13 geometries (dense, 1x1, strided, depthwise convs; matmuls): within 6% of each, except a
-# 512 x 10 classifier (-31%: its last 2 outputs take the one-accumulator loop). Cycles = instructions x CPU_CPI
-# (tiling/dw.py: 1, the optimistic bound of an in-order core). Re-run the fit when o2g_float_conv changes.
+# 512 x 10 classifier (-31%: its last 2 outputs take the one-accumulator loop). Cycles = instructions x the
+# config's cpu_cpi (config.py). Re-run the fit when o2g_float_conv changes.
 INSTRUCTIONS_PER_MAC = 4.75
 INSTRUCTIONS_PER_DEPTHWISE_MAC = 12.12
 INSTRUCTIONS_PER_OUTPUT = 29.69

@@ -9,6 +9,7 @@ import numpy as np
 from ..numerics import quantize
 from .. import kernels
 from ..tolerance import EXACT, FLOAT_REORDERING, Tolerance
+from . import costs
 from .abi import CCall, CFunction, Float, In, Int, List, Out, Struct
 from .moves import split
 from .table import CallSite, CpuKernel, cpu_kernel
@@ -42,6 +43,10 @@ class Quantize(CpuKernel):
             return [CCall(QUANTIZE_NHWC, (x.arg(), y.arg(), *x.shape, self.scale))]
         return [CCall(QUANTIZE, (x.arg(), y.arg(), x.size, self.scale))]
 
+    def cost_parts(self, site: CallSite):
+        x = site.inputs[0]
+        return [costs.quantize_nhwc_terms(*x.shape) if self.to_nhwc else costs.quantize_terms(x.size)]
+
 
 SOFTMAX = CFunction("o2g_softmax", (X, Y, ("outer", Int("size_t")), ("axis_len", Int("size_t")),
                                     ("inner", Int("size_t")), *SCALES))
@@ -64,6 +69,9 @@ class Softmax(CpuKernel):
         x = site.inputs[0]
         return [CCall(SOFTMAX, (x.arg(), site.outputs[0].arg(), *split(x.shape, self.axis), self.in_scale,
                                 self.out_scale))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.softmax_terms(*split(site.inputs[0].shape, self.axis))]
 
     # onnxruntime fuses DQ -> Softmax -> Q into QLinearSoftmax at its default level, which scales by
     # floor(1/y_scale) instead of dividing by y_scale: up to half of the values of a short axis end 1 LSB
@@ -100,6 +108,11 @@ class LayerNorm(CpuKernel):
         return [CCall(LAYERNORM, (x.arg(), gamma.arg(), beta.arg(), site.outputs[0].arg(), outer,
                                   x.size // max(outer, 1), self.epsilon, self.in_scale, self.out_scale))]
 
+    def cost_parts(self, site: CallSite):
+        x = site.inputs[0]
+        outer = int(np.prod(x.shape[:self.axis], dtype=np.int64))
+        return [costs.layernorm_terms(outer, x.size // max(outer, 1))]
+
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING
 
@@ -132,6 +145,9 @@ class Lrn(CpuKernel):
         return [CCall(LRN, (x.arg(), site.outputs[0].arg(), *split(x.shape, self.axis), self.size,
                             self.alpha / self.size, self.beta, self.bias, self.in_scale, self.out_scale))]
 
+    def cost_parts(self, site: CallSite):
+        return [costs.lrn_terms(*split(site.inputs[0].shape, self.axis), self.size)]
+
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING
 
@@ -162,6 +178,9 @@ class Affine(CpuKernel):
         x_row = x.row_stride if x.row_stride != x.shape[-1] else c * inner
         return [CCall(AFFINE, (x.arg(), x_row, mul.arg(), add.arg(), site.outputs[0].arg(), outer, c, inner,
                                self.in_scale, self.out_scale, int(self.relu)))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.affine_terms(*split(site.inputs[0].shape, self.axis))]
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING
@@ -210,6 +229,13 @@ class Binary(CpuKernel):
         return [CCall(BINARY, (BINARY_FNS.index(self.fn), *operands, y.arg(), len(y.shape), y.shape or (1,),
                                self.out_scale, int(self.relu)))]
 
+    def cost_parts(self, site: CallSite):
+        y = site.outputs[0]
+        shape = y.shape or (1,)
+        a, b = site.inputs
+        sa, sb = (broadcast_strides(x.shape, y.shape) or (0,) for x in (a, b))
+        return costs.binary_terms(self.fn, shape, sa, sb, self.in_scales[0] is None, self.in_scales[1] is None,
+                                  self.relu)
 
 
 RESIZE_LINEAR = CFunction("o2g_resize_linear", (X, Y, ("rank", Int()), ("in_shape", List("int")),
@@ -243,6 +269,9 @@ class ResizeLinear(CpuKernel):
         return [CCall(RESIZE_LINEAR, (x.arg(), y.arg(), len(x.shape), x.shape or (1,), y.shape or (1,),
                                       len(self.axes), self.axes or (0,), self.lo or (0,), self.hi or (0,),
                                       self.w_lo or (0.0,), self.w_hi or (0.0,), self.in_scale, self.out_scale))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.resize_terms("linear", site.inputs[0].shape, site.outputs[0].shape)]
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING
@@ -278,6 +307,9 @@ class ResizeCubic(CpuKernel):
         x, y = site.inputs[0], site.outputs[0]
         return [CCall(RESIZE_CUBIC, (x.arg(), y.arg(), len(x.shape), x.shape, y.shape, self.axes, self.pos,
                                      self.weight, self.divisor, self.in_scale, self.out_scale))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.resize_terms("cubic", site.inputs[0].shape, site.outputs[0].shape)]
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING
@@ -326,6 +358,9 @@ class Reduce(CpuKernel):
         x = site.inputs[0]
         return [CCall(REDUCE, (x.arg(), site.outputs[0].arg(), *self._split(x.shape),
                                REDUCE_KINDS.index(self.kind), self.in_scale, self.out_scale))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.reduce_terms(self.kind, *self._split(site.inputs[0].shape))]
 
     def golden(self, site: CallSite) -> Tolerance:
         """onnxruntime sums the dequantized float32 values (in its own order) where we sum the integers:

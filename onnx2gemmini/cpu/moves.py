@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import kernels
 from ..tolerance import FLOAT_REORDERING, Tolerance
+from . import costs
 from .abi import CCall, CFunction, Float, In, Int, List, Out
 from .table import CallSite, CpuKernel, cpu_kernel
 
@@ -36,6 +37,9 @@ class Transpose(CpuKernel):
         x = site.inputs[0]
         return [CCall(TRANSPOSE, (x.arg(), site.outputs[0].arg(), len(x.shape), x.shape, self.perm))]
 
+    def cost_parts(self, site: CallSite):
+        return [costs.transpose_terms(site.inputs[0].shape, self.perm)]
+
 
 CLIP = CFunction("o2g_clip", (X, Y, ("count", Int("size_t")), ("lo", Int()), ("hi", Int())))
 
@@ -54,6 +58,9 @@ class Clip(CpuKernel):
     def calls(self, site: CallSite):
         x = site.inputs[0]
         return [CCall(CLIP, (x.arg(), site.outputs[0].arg(), x.size, self.lo, self.hi))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.clip_terms(site.inputs[0].size, self.lo, self.hi)]
 
 
 GATHER = CFunction("o2g_gather", (X, Y, ("outer", Int("size_t")), ("axis_len", Int("size_t")),
@@ -78,6 +85,10 @@ class Gather(CpuKernel):
         outer, n, inner = split(x.shape, self.axis)
         return [CCall(GATHER, (x.arg(), site.outputs[0].arg(), outer, n, inner, self.indices, len(self.indices)))]
 
+    def cost_parts(self, site: CallSite):
+        outer, _, inner = split(site.inputs[0].shape, self.axis)
+        return [costs.gather_terms(outer, inner, len(self.indices))]
+
 
 REMAP = CFunction("o2g_remap", (X, Y, ("rank", Int()), ("in_shape", List("int")), ("out_shape", List("int")),
                                 ("index", List("int64_t")), ("value", Int("int8_t"))))
@@ -100,6 +111,10 @@ class Remap(CpuKernel):
         x, y = site.inputs[0], site.outputs[0]
         return [CCall(REMAP, (x.arg(), y.arg(), len(x.shape), x.shape or (1,), y.shape or (1,), self.index,
                               self.value))]
+
+    def cost_parts(self, site: CallSite):
+        x, y = site.inputs[0], site.outputs[0]
+        return [costs.remap_terms(x.shape or (1,), y.shape or (1,), self.index)]
 
 
 CONCAT_PART = CFunction("o2g_concat_part", (X, Y, ("outer", Int("size_t")), ("part_len", Int("size_t")),
@@ -143,6 +158,14 @@ class Concat(CpuKernel):
             offset += n
         return calls
 
+    def cost_parts(self, site: CallSite):
+        parts = []
+        for call in self.calls(site):
+            outer, part, inner, total, _, in_scale, out_scale = call.args[2:9]
+            parts.append(costs.concat_terms(outer, part, inner, total,
+                                            float(np.float32(in_scale)) == float(np.float32(out_scale))))
+        return parts
+
     def golden(self, site: CallSite) -> Tolerance:
         if any(s != t for s, t in zip(self.in_scales, self.part_scales())):
             return FLOAT_REORDERING   # a requantized input: DQ then Q in float32
@@ -165,6 +188,9 @@ class Lut(CpuKernel):
     def calls(self, site: CallSite):
         x = site.inputs[0]
         return [CCall(LUT, (x.arg(), site.outputs[0].arg(), x.size, self.table))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.lut_terms(site.inputs[0].size)]
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING    # onnxruntime evaluates the function in float between DQ and Q

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..numerics import dequantize, quantize
 from ..tolerance import FLOAT_REORDERING, Tolerance
+from . import costs
 from .abi import CCall, CFunction, Float, In, Int, Out
 from .table import CallSite, CpuKernel, cpu_kernel
 
@@ -104,6 +105,10 @@ class Recurrent(CpuKernel):
 
     def golden(self, site: CallSite) -> Tolerance:
         return RECURRENCE
+
+    def cost_parts(self, site: CallSite):
+        p, r = site.inputs[:2]
+        return [costs.recurrent_terms(self.cell, p.shape[0], p.shape[1], r.shape[-1], self.directions)]
 
 
 def _lstm(x, r, bias, peephole, h, c, steps):

@@ -76,9 +76,18 @@ class CpuKernel:
         """Multiply-accumulates the op performs on the CPU (the report's MACs; 0: not a conv or matmul)."""
         return 0
 
+    def cost_parts(self, site: CallSite) -> list[tuple[str, dict]]:
+        """(cost key, terms) of each C call `calls(site)` makes (cpu/costs.py; [] : no estimate)."""
+        return []
+
     def instructions(self, site: CallSite) -> float | None:
-        """Estimated instructions its C calls retire on the core (the report's CPU cycles; None: no estimate)."""
-        return None
+        """Estimated instructions its C calls retire on the core (the report's CPU cycles; None: no estimate):
+        the measured cost table (cpu/cost_table.py) over cost_parts."""
+        parts = self.cost_parts(site)
+        if not parts:
+            return None
+        from .costs import total_instructions
+        return total_instructions(parts)
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from .. import kernels
 from ..tolerance import Tolerance
+from . import costs
 from .abi import CCall, CFunction, Float, In, Int, Out, TensorArg, window_struct
 from .table import CallSite, CpuKernel, Window, cpu_kernel
 
@@ -16,6 +17,11 @@ WINDOW = ("w", window_struct())
 def _windowed(function: CFunction, site: CallSite, window: Window, *extra) -> CCall:
     x = site.inputs[0]
     return CCall(function, (x.arg(), site.outputs[0].arg(), *x.shape, window.struct(), *extra))
+
+
+def _window_parts(op: str, site: CallSite, window: Window):
+    n, _, _, c = site.inputs[0].shape
+    return costs.window_terms(op, n, c, window.kernel, window.out)
 
 
 IM2COL = CFunction("o2g_im2col", (X, Y, *NHWC, WINDOW))
@@ -36,6 +42,9 @@ class Im2col(CpuKernel):
     def calls(self, site: CallSite):
         return [_windowed(IM2COL, site, self.window)]
 
+    def cost_parts(self, site: CallSite):
+        return [_window_parts("im2col", site, self.window)]
+
 
 MAXPOOL = CFunction("o2g_maxpool", (X, Y, *NHWC, WINDOW))
 
@@ -53,6 +62,9 @@ class Maxpool(CpuKernel):
 
     def calls(self, site: CallSite):
         return [_windowed(MAXPOOL, site, self.window)]
+
+    def cost_parts(self, site: CallSite):
+        return [_window_parts("maxpool", site, self.window)]
 
 
 AVGPOOL = CFunction("o2g_avgpool", (X, Y, *NHWC, WINDOW, ("count_include_pad", Int())))
@@ -77,6 +89,9 @@ class Avgpool(CpuKernel):
             raise ValueError(f"average-pool window {kh}x{kw} too large for the exact int8 kernel "
                              f"(at most {AVGPOOL_MAX_WINDOW - 1} positions)")
         return [_windowed(AVGPOOL, site, self.window, self.count_include_pad)]
+
+    def cost_parts(self, site: CallSite):
+        return [_window_parts("avgpool", site, self.window)]
 
     def golden(self, site: CallSite) -> Tolerance:
         # onnxruntime averages in float (sum * (1/count)); the exact mean differs where sum/count is a tie
@@ -112,3 +127,9 @@ class Dwconv(CpuKernel):
         bias = site.inputs[2].arg() if len(site.inputs) > 2 else TensorArg(None, (w.shape[-1],), "int32")
         return [CCall(DWCONV, (x.arg(), w.arg(), bias, y.arg(), *x.shape, self.window.struct(), self.multiplier,
                                self.scale, int(self.relu)))]
+
+    def cost_parts(self, site: CallSite):
+        n, h, w, c = site.inputs[0].shape
+        win = self.window
+        return [costs.dwconv_terms(n, h, w, c, self.multiplier, win.kernel, win.strides, win.pads, win.dilations,
+                                   win.out)]

@@ -78,6 +78,7 @@ def report_html(report: dict) -> str:
         f'<div class="card">{html_text(label)}<b>{html_text(value)}</b></div>' for label, value in (
             ("MACs on Gemmini", f"{share:.1%} of {t['macs']:,}"),
             ("estimated cycles", _num(t["est_cycles"])),
+            ("Gemmini / CPU est. cycles", f"{_num(t.get('est_gemmini_cycles'))} / {_num(t.get('est_cpu_cycles'))}"),
             ("estimated utilization", _pct(t["utilization"])),
             ("DRAM bytes (gemmini.h)", f"{_num(t['dram_bytes'])} ({_num(t['baseline_dram_bytes'])})"),
             ("activation arena", f"{report['memory']['arena_bytes']:,} B"),

@@ -135,7 +135,10 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
     macs = sum(r["macs"] for r in rows)
     macs_gemmini = sum(r["macs"] for r in rows if r["target"] == "gemmini")
     ideal = -(-macs_gemmini // (dim * dim))
-    est = _sum_or_none(rows, "est_cycles")
+    est_gemmini = _sum_or_none(rows, "est_cycles")
+    est_cpu = sum(r["est_cycles"] or 0 for r in rows if r["target"] == "cpu")
+    # the whole program: Gemmini's steps and the host core's (CPU instructions x config.cpu_cpi)
+    est = None if est_gemmini is None and macs_gemmini else (est_gemmini or 0) + est_cpu
     activation_bytes = sum(plan.tensors[t].nbytes for t in plan.tensors
                            if plan.tensors[t].view_of is None and plan.tensors[t].slice_of is None
                            and plan.tensors[t].kind in ("activation", "temp", "output")
@@ -165,6 +168,9 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
         "totals": {
             "macs": macs, "macs_on_gemmini": macs_gemmini, "ideal_cycles": ideal, "est_cycles": est,
             "utilization": (ideal / est) if est else None,
+            "est_gemmini_cycles": est_gemmini, "est_cpu_cycles": est_cpu,
+            "gemmini_utilization": (ideal / est_gemmini) if est_gemmini else None,
+            "cpu_cpi": plan.config.cpu_cpi,
             "dram_bytes": _sum_or_none(rows, "dram_bytes"),
             "baseline_dram_bytes": _sum_or_none(rows, "baseline_dram_bytes"),
             "activation_bytes": activation_bytes, "weight_bytes": weight_bytes,
@@ -218,6 +224,7 @@ def report_markdown(report: dict) -> str:
     lines += ["", "## Totals", "",
               f"- MACs: {t['macs']:,} ({share:.1%} on Gemmini); ideal cycles {t['ideal_cycles']:,}",
               f"- estimated cycles {_num(t['est_cycles'])}, estimated utilization {_pct(t['utilization'])}",
+              *_time_split_lines(t),
               f"- DRAM traffic {_num(t['dram_bytes'])} B (gemmini.h's tiling: {_num(t['baseline_dram_bytes'])} B)",
               f"- weights {t['weight_bytes']:,} B; activations {t['activation_bytes']:,} B in a static arena of "
               f"{report['memory']['arena_bytes']:,} B (lower bound {report['memory']['lower_bound_bytes']:,} B)",
@@ -228,6 +235,16 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _time_split_lines(t: dict) -> list[str]:
+    """Gemmini's estimated cycles against the host core's (CPU steps: instructions measured on Spike x CPI)."""
+    if "est_cpu_cycles" not in t or not t.get("est_cycles"):
+        return []
+    gemmini, cpu = t.get("est_gemmini_cycles") or 0, t["est_cpu_cycles"]
+    return [f"- of which Gemmini {gemmini:,} ({gemmini / t['est_cycles']:.1%}, array utilization "
+            f"{_pct(t.get('gemmini_utilization'))}) and the CPU steps {cpu:,} ({cpu / t['est_cycles']:.1%}: "
+            f"instructions measured on Spike x CPI {t.get('cpu_cpi')})"]
+
+
 def _kept_float_lines(kept: dict | None, macs: int) -> list[str]:
     """The layers run in float on the CPU (--keep-float), with what they cost."""
     if not kept or not kept["layers"]:
@@ -236,8 +253,8 @@ def _kept_float_lines(kept: dict | None, macs: int) -> list[str]:
     lines = ["## Layers kept float (--keep-float)", "",
              f"{len(kept['layers'])} layers run in float32 on the CPU (float32 weights, int8 in and out): "
              f"{kept['macs']:,} MACs ({share:.1%} of the model's), an ESTIMATED {kept['est_cycles']:,} CPU cycles "
-             f"(instructions measured on Spike x CPI 1, docs/cost_model.md), {kept['weight_bytes']:,} B of float32 "
-             "weights.", "", "| layer | op | MACs | est. CPU cycles | float32 weight B |", "|---|---|---:|---:|---:|"]
+             f"(instructions measured on Spike x the config's CPI, docs/cost_model.md), {kept['weight_bytes']:,} B "
+             "of float32 weights.", "", "| layer | op | MACs | est. CPU cycles | float32 weight B |", "|---|---|---:|---:|---:|"]
     lines += [f"| {markdown(r['name'])} | {markdown(r['op'])} | {r['macs']:,} | {r['est_cycles']:,} | "
               f"{r['weight_bytes']:,} |" for r in kept["layers"]]
     return lines + [""]

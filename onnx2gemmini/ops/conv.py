@@ -233,7 +233,7 @@ class ConvHandler(Handler):
                           input=x.id, weights=w_id, bias=dw_bias, output=y.id, act=activation_code(node),
                           scale=scale, pool_size=pool.size if pool else 0,
                           pool_stride=pool.stride if pool else 0, pool_padding=pool.padding if pool else 0)
-            on_gemmini, on_cpu = gemmini_dw_cycles(step, ctx.config), cpu_dw_cycles(step)
+            on_gemmini, on_cpu = gemmini_dw_cycles(step, ctx.config), cpu_dw_cycles(step, ctx.config)
             if on_gemmini <= on_cpu:
                 lowered.constants[w_id] = np.ascontiguousarray(q.reshape(c, kh, kw))  # [C][KH][KW]
                 lowered.constants[dw_bias] = bias if bias is not None else np.zeros(c, np.int32)
