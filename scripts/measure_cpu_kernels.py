@@ -193,7 +193,8 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
     for shape, perm in (((1, 28, 28, 64), (0, 3, 1, 2)), ((1, 64, 28, 28), (0, 2, 3, 1)),
                         ((1, 28, 28, 2, 58), (0, 1, 2, 4, 3)), ((4, 49, 8, 32), (0, 2, 1, 3)),
                         ((1, 7, 7, 512), (0, 3, 1, 2)), ((1, 16, 64, 64), (0, 2, 1, 3)), ((1, 4, 4, 8), (0, 3, 1, 2)),
-                        ((1, 8, 2, 2), (0, 2, 3, 1)), ((2, 3, 16), (1, 0, 2)), ((1, 10, 6, 6), (0, 2, 3, 1))):
+                        ((1, 8, 2, 2), (0, 2, 3, 1)), ((2, 3, 16), (1, 0, 2)), ((1, 10, 6, 6), (0, 2, 3, 1)),
+                        ((1, 16, 3, 2, 32), (2, 0, 3, 1, 4)), ((1, 2, 16, 32), (0, 2, 1, 3)), ((2, 16, 32), (0, 2, 1))):
         add(costs.transpose_terms(shape, perm), bs.transpose_case(r, shape, perm))
     for n, lo, hi in ((1000, 0, 127), (65536, 0, 127), (4096, 0, 100), (65536, 0, 100), (300, 0, 6),
                       (65536, 3, 60), (5000, 3, 60), (65536, 3, 127), (5000, 3, 127),
@@ -203,7 +204,7 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
     for n in (1000, 4096, 65536):
         add(costs.lut_terms(n), bs.lut_case(r, n))
     for outer, n, inner, count in ((784, 64, 1, 32), (100, 64, 1, 8), (1, 1000, 1, 500), (1, 1000, 64, 128),
-                                   (1, 100, 16, 50), (4, 50, 256, 20)):
+                                   (1, 100, 16, 50), (4, 50, 256, 20), (1, 12, 48, 1), (1, 8, 16, 2), (2, 4, 8, 4)):
         add(costs.gather_terms(outer, inner, count), bs.gather_case(r, outer, n, inner, count))
     for in_shape, maps in (((1, 28, 28, 64), [[0], bs.pad_map(28, 1, 1), bs.pad_map(28, 1, 1), list(range(64))]),
                            ((1, 28, 28, 128), [[0], list(range(28)), list(range(28)), list(range(32, 96))]),
@@ -215,12 +216,16 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
                            ((1, 32, 40, 40), [[0], list(range(32)), list(range(0, 40, 2)), list(range(0, 40, 2))]),
                            ((1, 16, 30, 30), [[0], list(range(16)), list(range(2, 28)), list(range(2, 28))]),
                            ((1, 8, 20, 20), [[0], list(range(8)), list(range(20)), [i // 2 for i in range(40)]]),
-                           ((1, 10, 10, 64), [[0], list(range(10)), list(range(10)), list(range(0, 64, 2))])):
+                           ((1, 10, 10, 64), [[0], list(range(10)), list(range(10)), list(range(0, 64, 2))]),
+                           ((1, 16, 192), [[0], list(range(16)), list(range(64, 128))]),
+                           ((1, 4, 48), [[0], list(range(4)), list(range(16))]),
+                           ((1, 8, 8, 32), [[0], list(range(8)), list(range(8)), list(range(16, 32))])):
         index = [i for m in maps for i in m]
         add(costs.remap_terms(in_shape, [len(m) for m in maps], index), bs.remap_case(r, in_shape, maps))
     for outer, part, inner, total, offset, si, so in ((784, 32, 1, 96, 32, .02, .02), (1, 64, 784, 128, 64, .02, .02),
                                                       (49, 256, 1, 512, 0, .02, .02), (1, 32, 100, 32, 0, .02, .02),
-                                                      (400, 16, 1, 48, 16, .02, .02),
+                                                      (400, 16, 1, 48, 16, .02, .02), (144, 16, 1, 64, 16, .02, .02),
+                                                      (144, 16, 1, 64, 16, .02, .03), (36, 32, 1, 64, 0, .02, .03),
                                                       (784, 32, 1, 96, 32, .02, .03), (100, 16, 1, 48, 0, .02, .03),
                                                       (1, 64, 784, 128, 0, .02, .03), (16, 128, 1, 256, 0, .02, .03),
                                                       (10, 8, 1, 16, 8, .02, .03), (4, 16, 1, 32, 0, .02, .03),
@@ -282,6 +287,11 @@ def measure_table(work: Path, spike: str, cross: str, keys=None) -> list[tuple[s
     import bench_spike as bs
     cases = [c for c in table_cases() if keys is None or c[0] in keys]
     results = bs.measure([c[2] for c in cases], work, spike, cross)
+    # a kernel allowed 1 LSB (libm) is checked by hash first: compare its bytes where the hash differs
+    again = [k for k, res in enumerate(results) if not res.ok and res.case.tol]
+    if again:
+        for k, res in zip(again, bs.measure([results[k].case for k in again], work / "dump", spike, cross, dump=True)):
+            results[k] = res
     bad = [res.case.name for res in results if not res.ok]
     if bad:
         raise SystemExit(f"wrong outputs: {', '.join(bad)}")

@@ -53,9 +53,29 @@ def quantize_nhwc_terms(n: int, c: int, h: int, w: int) -> tuple[str, Terms]:
 
 
 def transpose_terms(shape, perm) -> tuple[str, Terms]:
+    """o2g_transpose: output dims merged where they stay adjacent (size 1 dropped); when the innermost output
+    dim is contiguous in x, row copies, else 2-D transposes of the input's contiguous dim against the
+    output's ("row": copies or 2-D transposes; "pixel": 2-D rows along the output's contiguous dim)."""
     size = prod(shape)
-    last = shape[perm[-1]] if len(shape) else 1
-    return "transpose", {"call": 1, "elem": size, "row": size // max(last, 1)}
+    in_stride, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        in_stride[d], acc = acc, acc * shape[d]
+    n, st = [], []
+    for d in perm:
+        if shape[d] == 1:
+            continue
+        if n and st[-1] == in_stride[d] * shape[d]:
+            n[-1] *= shape[d]
+            st[-1] = in_stride[d]
+        else:
+            n.append(shape[d])
+            st.append(in_stride[d])
+    if not n or st[-1] == 1:
+        block = n[-1] if n else 1
+        return "transpose_copy", {"call": 1, "elem": size, "row": size // block}
+    j = st.index(1)
+    calls = size // (n[j] * n[-1])
+    return "transpose", {"call": 1, "elem": size, "row": calls, "pixel": calls * min(n[j], n[-1])}
 
 
 def clip_terms(count: int, lo: int, hi: int) -> tuple[str, Terms]:
