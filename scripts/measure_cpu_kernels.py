@@ -3,7 +3,7 @@ depthwise kernel's fit.
 
     python scripts/measure_cpu_kernels.py --table    # fit every kernel path's cost terms; print the table
     python scripts/measure_cpu_kernels.py --write    # ... and write onnx2gemmini/cpu/cost_table.py
-    python scripts/measure_cpu_kernels.py --check    # re-measure; exit 1 where the table is off by > 2%
+    python scripts/measure_cpu_kernels.py --check    # re-measure; exit 1 where a coefficient moved > 2%
     python scripts/measure_cpu_kernels.py [--cross riscv64-unknown-elf-] [--spike spike] [--keep DIR]
                                                      # (no mode) o2g_dwconv alone, 32 geometries, with cycle
 
@@ -352,12 +352,13 @@ def run_table(args) -> None:
           f"mean {np.mean([abs(e[4]) for e in errors]):.1%}")
     if args.check:
         fitted = fit_table(measured)
-        stale = [k for k in fitted if k not in table or any(
-            abs(fitted[k].get(t, 0) - table[k].get(t, 0)) > 0.02 * max(abs(table[k].get(t, 0)), 1.0)
-            for t in set(fitted[k]) | set(table[k]))]
+        def off(k, t):  # per-call constants move with the driver's own set-up code around each call
+            rel, absolute = (0.15, 40.0) if t == "call" else (0.02, 1.0)
+            return abs(fitted[k].get(t, 0) - table[k].get(t, 0)) > max(rel * abs(table[k].get(t, 0)), absolute)
+        stale = [k for k in fitted if k not in table or any(off(k, t) for t in set(fitted[k]) | set(table[k]))]
         if stale:
             raise SystemExit(f"cost table out of date for {', '.join(stale)}: python scripts/measure_cpu_kernels.py --write")
-        print("cost table up to date (each coefficient within 2% of a re-fit, or 1 instruction)")
+        print("cost table up to date (each coefficient within 2% of a re-fit or 1 instruction; per call 15% or 40)")
         return
     for key, coef in table.items():
         print(f"  {key:<22} " + ", ".join(f"{t} {c:g}" for t, c in coef.items()))
