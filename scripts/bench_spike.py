@@ -7,6 +7,7 @@
     python scripts/bench_spike.py --model OUT              # per-step counts of OUT's `make spike` self-test
     python scripts/bench_spike.py --model OUT --baseline-rev HEAD   # ... before/after the runtime change
     python scripts/bench_spike.py --dw                     # the depthwise fit (scripts/measure_cpu_kernels.py)
+    python scripts/bench_spike.py --cost-table             # re-measure onnx2gemmini/cpu/cost_table.py (--check)
 
 Needs (nothing is downloaded): Debian's gcc-riscv64-unknown-elf, picolibc-riscv64-unknown-elf and
 device-tree-compiler (`apt-get install ...`), and PyPI's `spike` (`pip install spike==0.0.5.dev20`).
@@ -873,6 +874,8 @@ def main() -> None:
                         help="with --model: build with the runtime copy in OUT/c instead of this checkout's")
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--dw", action="store_true", help="run scripts/measure_cpu_kernels.py's depthwise fit")
+    parser.add_argument("--cost-table", action="store_true",
+                        help="check the compiler's CPU cost table against Spike (measure_cpu_kernels.py --check)")
     parser.add_argument("--float-conv", action="store_true",
                         help="fit o2g_float_conv's instructions (a layer kept float): cpu/float_layers.py's constants")
     args = parser.parse_args()
@@ -898,6 +901,10 @@ def main() -> None:
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
+        return
+    if args.cost_table:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "measure_cpu_kernels.py"), "--check", "--cross",
+                        args.cross, "--spike", args.spike], check=True)
         return
     if args.dw:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "measure_cpu_kernels.py"), "--cross", args.cross,
