@@ -422,3 +422,14 @@ def test_accumulators_read_as_int8_fail_the_selftest(workdir):
     hostc.build(c_dir, ("model-selftest",))
     proc = subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "FAILED after layer 2 rnn" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_plain_make_in_a_fresh_output_folder_builds_model(tmp_path):
+    """`make` with no target, as the Makefile's header and the README say, builds ./model (and only that)."""
+    out = o2g.compile(ROOT / "models" / "digits_cnn.onnx", calib=ROOT / "models" / "digits_calib.npz",
+                      num_calib=8).write(tmp_path / "out", emit=("c",))
+    run = subprocess.run(["make"], cwd=out / "c", capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CC": os.environ.get("CC", "cc")})
+    assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
+    assert (out / "c" / "model").is_file() and os.access(out / "c" / "model", os.X_OK)
+    assert not list((out / "c").glob("selftest_mode_*.stamp")) and not (out / "c" / "model-selftest").exists()
