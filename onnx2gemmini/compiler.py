@@ -32,6 +32,7 @@ from .ops.registry import handlers_for
 from .quality import STATS_SAMPLES
 from .quantize import QuantTable, build_table, joined_ranges, propagate_fixed_scales
 from .run.emulator import Emulator, dequantize
+from .run.selftest import calibration_sample, default_sample, sample_warnings
 
 log = logging.getLogger("onnx2gemmini")
 RANDOM_CALIB_SAMPLES = 8
@@ -52,6 +53,7 @@ class Compiled:
     command: str = ""
     sources: tuple[str, ...] = ()  # data and config files the compile read (besides the model's own)
     calib_head: Dataset | None = None  # the first calibration samples (a copy): the report's per-layer SQNR
+    selftest_sample: dict | None = None  # the generated programs' embedded input (run/selftest.py)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
@@ -260,7 +262,11 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     head = None if data is None else data.head(STATS_SAMPLES)
     if head is not None:  # a copy: a slice would keep the whole calibration set alive
         head = Dataset({k: v.copy() for k, v in head.inputs.items()}, None, head.source)
-    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head)
+    real = calibration_sample(plan, head) if calib is not None else None
+    sample = default_sample(plan) if real is None else real
+    warnings += sample_warnings(plan, sample, "calibration sample 0" if real is not None else "seeded noise")
+    return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head,
+                    selftest_sample=sample)
 
 
 def _original_ops(loaded: LoadedModel) -> dict[str, str]:

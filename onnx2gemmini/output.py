@@ -57,7 +57,7 @@ def _emit_all(compiled, tree: Path, emit: tuple[str, ...], diff: dict | None = N
     if "c" in emit:
         from .run.selftest import selftest_case
         from .emit.c import write_c
-        write_c(compiled.plan, tree / "c", *selftest_case(compiled.plan), compiled.command)
+        write_c(compiled.plan, tree / "c", *selftest_case(compiled.plan, compiled.selftest_sample), compiled.command)
     if "mlir" in emit:
         from .emit.mlir import write_mlir
         write_mlir(compiled.plan, tree / "model.mlir", compiled.command)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -105,6 +106,12 @@ def test_host_selftest_prints_fail(digits, tmp_path, what, check_layers):
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED after layer")]
     if check_layers:  # every step runs on the emulator's inputs: only the corrupted one fails
         assert len(failed) == 1 and failed[0].startswith(f"FAILED after layer {i} "), failed
+    # the FAIL line counts the model's output values only, whichever tensors were checked
+    outputs = sum(int(np.prod(digits.plan.tensors[t].shape)) for t in digits.plan.outputs)
+    verdict = re.search(r"^FAIL: (\d+) of (\d+) output values differ \((\d+) of (\d+) checked tensors", proc.stdout,
+                        re.M)
+    assert verdict and int(verdict[2]) == outputs and int(verdict[1]) <= outputs, proc.stdout[-800:]
+    assert int(verdict[3]) == len(failed) and int(verdict[4]) > (len(digits.plan.steps) - 2 if check_layers else 0)
 
 
 @needs_c

@@ -501,10 +501,11 @@ class CProgram:
 
     def checks_inc(self, default: list[Check], dtable, layers: list[Check], ltable) -> str:
         """`{p}_checks`: per checked tensor its step, name, bytes (rows row_stride apart), the emulator's
-        values and the tolerance (largest difference, differing values allowed)."""
+        values, the tolerance (largest difference, differing values allowed) and whether it is a model output."""
         lines = self.c_banner() + [
             "/* selftest_checks.inc: what the self-test compares after which step (included by model.c",
             " * under O2G_SELFTEST; CHECK_LAYERS=1 selects the table of every step). */"]
+        outputs = set(self.plan.outputs)
         for flag, checks, table in (("#if O2G_CHECK_LAYERS", layers, ltable), ("#else", default, dtable)):
             lines += [flag] + [f"extern const int8_t {sym}[{size}];" for sym, _, size in table]
             lines.append(f"const struct o2g_check {self.p}_checks[] = {{")
@@ -517,7 +518,7 @@ class CProgram:
                 tol = check.tolerance
                 lines.append(f"    {{{check.step}, {c_string(t.onnx_name or t.id)}, {self.ptr(t.id)}, {rows}, {width}, "
                              f"{self.plan.row_stride(t.id) if t.shape else 1}, {sym}, {tol.lsb}, "
-                             f"{tol.allowed(rows * width)}}},")
+                             f"{tol.allowed(rows * width)}, {int(check.tensor in outputs)}}},")
             lines.append("};")
         lines += ["#endif", f"const size_t {self.p}_num_checks = sizeof {self.p}_checks / sizeof {self.p}_checks[0];",
                   ""]

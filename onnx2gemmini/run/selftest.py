@@ -1,5 +1,9 @@
 """The self-test's case for the emitted programs: one sample input and the emulator's value of every
-tensor a step writes (the C self-test and the MLIR step checks compare against these)."""
+tensor a step writes (the C self-test and the MLIR step checks compare against these).
+
+The sample is a real calibration sample when the compile had one: seeded noise makes a detector's outputs
+all zero, or a constant model's all one saturated value, and a PASS on such outputs proves nothing. The
+compile says so when even the sample it embeds gives degenerate outputs (`sample_warnings`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +11,9 @@ import numpy as np
 from ..cpu import Quantize
 from ..plan import CpuOp, Plan
 from .emulator import Emulator
+
+# More than this share of an output's values at -128 or 127 and the self-test compares mostly clipped values.
+SATURATED_SHARE = 0.5
 
 
 def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
@@ -19,6 +26,46 @@ def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
                       if isinstance(s, CpuOp) and isinstance(s.params, Quantize) and s.inputs[0] == tid), 1.0 / 32)
         sample[t.onnx_name] = (rng.uniform(-128.0, 127.0, t.shape) * scale).astype(np.float32)
     return sample
+
+
+def calibration_sample(plan: Plan, data) -> dict[str, np.ndarray] | None:
+    """The first sample of `data` (a Dataset of real calibration inputs) shaped as the plan's inputs, or None."""
+    if data is None or data.num_samples == 0:
+        return None
+    sample = {}
+    for tid in plan.inputs:
+        t = plan.tensors[tid]
+        if t.onnx_name not in data.inputs:
+            return None
+        sample[t.onnx_name] = np.asarray(data.inputs[t.onnx_name][0], np.float32).reshape(t.shape).copy()
+    return sample
+
+
+def degenerate(values: np.ndarray) -> str | None:
+    """Why an int8 output proves little as a self-test's expected value, or None."""
+    flat = np.asarray(values).ravel()
+    if flat.size == 0:
+        return None
+    if (flat == flat[0]).all():
+        return "all zero" if flat[0] == 0 else f"all equal ({int(flat[0])})"
+    saturated = float(np.mean((flat == 127) | (flat == -128)))
+    if saturated > SATURATED_SHARE:
+        return f"{saturated:.0%} saturated at -128/127"
+    return None
+
+
+def sample_warnings(plan: Plan, sample: dict[str, np.ndarray], what: str) -> list[str]:
+    """One warning per model output the self-test sample (`what`: where it comes from) leaves degenerate."""
+    out = Emulator(plan).run(sample)
+    warnings = []
+    for tid in plan.outputs:
+        why = degenerate(out[tid])
+        if why:
+            name = plan.tensors[tid].onnx_name or tid
+            warnings.append(f"self-test sample ({what}): output '{name}' is {why}, so a PASS of the generated "
+                            "programs compares little; calibrate with real data (--calib) for a sample that "
+                            "exercises the model")
+    return warnings
 
 
 def expected_values(plan: Plan, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

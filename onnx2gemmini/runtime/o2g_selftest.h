@@ -18,6 +18,7 @@ struct o2g_check {
     const int8_t *expected;   /* the emulator's values, rows x width, dense */
     int max_lsb;              /* the largest difference allowed */
     size_t allowed;           /* how many values may differ (at most max_lsb each) */
+    int output;               /* 1: the tensor is a model output (the FAIL line counts these values) */
 };
 
 void o2g_step_done(int step);
