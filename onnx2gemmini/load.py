@@ -314,8 +314,22 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
+def _refuse_empty_io(model: onnx.ModelProto) -> None:
+    """A model input or output declared with a dimension of 0 is an empty tensor: nothing to compute on.
+    (A dynamic dimension is a name, unset, or -1; only those become --input-shape's to fix.)"""
+    initializers = {t.name for t in model.graph.initializer}
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for vi in values:
+            dims = vi.type.tensor_type.shape.dim
+            if vi.name not in initializers and any(d.HasField("dim_value") and d.dim_value == 0 for d in dims):
+                shape = _shape_text(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+                raise ModelError(f"{kind} '{vi.name}' has a zero-sized dimension ({shape}): it is an empty tensor, "
+                                 "so the model computes nothing on it; a dynamic dimension is written as a name or -1")
+
+
 def _forget_non_positive_dims(model: onnx.ModelProto) -> None:
-    """A dim_value <= 0 (paddle2onnx writes -1) means "dynamic": make it an unknown dimension everywhere.
+    """A dim_value < 0 (paddle2onnx writes -1) means "dynamic": make it an unknown dimension everywhere (a 0 on
+    an input or output was refused by _refuse_empty_io; on a value_info it is cleared too, inference redoes it).
 
     Done first: the opset converter and strict shape inference would otherwise take -1 for a size.
     """
@@ -326,7 +340,7 @@ def _forget_non_positive_dims(model: onnx.ModelProto) -> None:
 
 
 def _is_dynamic(d) -> bool:
-    """Unset or symbolic (after _forget_non_positive_dims, -1 and 0 are unset too)."""
+    """Unset or symbolic (after _forget_non_positive_dims, -1 is unset too; 0 was refused before)."""
     return not d.HasField("dim_value")
 
 
@@ -466,6 +480,7 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
     model, digest, path, files = _open(path)
     original = _serialized(model)
     _check_initializers(model)
+    _refuse_empty_io(model)
     _forget_non_positive_dims(model)
     try:
         onnx.checker.check_model(model)

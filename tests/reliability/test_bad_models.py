@@ -136,9 +136,8 @@ def test_infinite_clip_bound_is_allowed(tmp_path):
     ([-1, 3, -1, -1], ["--input-shape", "x=1x3x48x192"], 17),  # paddle2onnx writes -1 for dynamic dims
     ([-1, 3, -1, -1], ["--input-shape", "x=1x3x48x192"], 12),  # ... and the opset converter must not see -1
     ([-1, 3, 8, 8], [], 17),                                   # a -1 batch defaults to 1, as a dim_param one
-    ([0, 3, 8, 8], [], 17),                                    # dim_value 0: dynamic too
     (["N", 3, 8, 8], ["--input-shape", "x=1x3x8x8"], 17),      # a dim_param batch given explicitly
-], ids=["minus_one_everywhere", "minus_one_opset12", "minus_one_batch", "zero_batch", "dim_param"])
+], ids=["minus_one_everywhere", "minus_one_opset12", "minus_one_batch", "dim_param"])
 def test_non_positive_dims_are_dynamic(cli, tmp_path, dims, args, opset):
     out_dims = [dims[0], 4] + dims[2:]
     model = make_model(conv_nodes(), {"x": dims}, {"y": out_dims}, {"W": WEIGHTS}, opset=opset)
@@ -147,6 +146,20 @@ def test_non_positive_dims_are_dynamic(cli, tmp_path, dims, args, opset):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     shape = [int(d) for d in args[1].split("=")[1].split("x")] if args else [1, 3, 8, 8]
     assert report["model"]["inputs"][0]["shape"] == shape
+
+
+@pytest.mark.parametrize("dims,out_dims,where", [
+    ([0, 3, 8, 8], [0, 4, 8, 8], "input 'x' has a zero-sized dimension (0x3x8x8)"),
+    ([1, 3, 0, 8], [1, 4, 0, 8], "input 'x' has a zero-sized dimension (1x3x0x8)"),
+    ([1, 3, 8, 8], [1, 4, 8, 0], "output 'y' has a zero-sized dimension (1x4x8x0)"),
+], ids=["batch", "height", "output"])
+def test_zero_sized_dims_are_one_error(cli, tmp_path, dims, out_dims, where):
+    """A dimension of 0 is an empty tensor, not a dynamic one (that is a name or -1): refused, for every command."""
+    model = make_model(conv_nodes(), {"x": dims}, {"y": out_dims}, {"W": WEIGHTS}, check=False)
+    path = save(model, tmp_path / "m.onnx")
+    assert_one_error(cli(path, "-o", tmp_path / "out"), 3, where, "empty tensor")
+    assert not (tmp_path / "out").exists()
+    assert_one_error(cli("inspect", path), 3, where)
 
 
 def _external(tmp, payload=WEIGHTS.tobytes(), **entries):
