@@ -9,7 +9,7 @@
 A torch.nn.Module compiles too: o2g.compile(module, example_inputs=(x,), calib=...). docs/api.md has the
 whole API.
 """
-from .compiler import DEFAULT_WEIGHT_SCALES, Compiled, compile
+from .compiler import DEFAULT_WEIGHT_SCALES, Compiled, check_count, compile
 from .errors import CheckFailed, DataError, ModelError, O2GError, OutputError, UnsupportedError, UsageError
 from .results import DiffResult
 from .version import __version__
@@ -45,6 +45,7 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     from .data import load_data, random_data
     from .compare import OutputChecks, check_save_path, load_outputs as load_saved, parse_tolerances, run_diff
 
+    check_count("--num-samples", num_samples)
     with size_limits.applied(limits):
         if isinstance(model, Compiled):
             compiled = model

@@ -185,11 +185,15 @@ def _is_path(value) -> bool:
     return isinstance(value, Path) or isinstance(value, str) and value not in PRESETS
 
 
+def check_count(option: str, value) -> None:
+    """A sample count option: None (all) or a positive integer, as the CLI's IntRange(min=1) takes it."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise UsageError(f"{option}: expected a positive integer, got {value!r}")
+
+
 def _check_options(num_calib, calib_method, tiling, weight_scales) -> None:
     """The option values, checked before any work (the API gets the CLI's usage errors, not a TypeError)."""
-    if num_calib is not None and (isinstance(num_calib, bool) or not isinstance(num_calib, (int, np.integer))
-                                  or num_calib < 1):
-        raise UsageError(f"--num-calib: expected a positive integer, got {num_calib!r}")
+    check_count("--num-calib", num_calib)
     for option, value, choices in (("--calib-method", calib_method, METHODS), ("--tiling", tiling, TILINGS),
                                    ("--weight-scales", weight_scales, WEIGHT_SCALES)):
         if not isinstance(value, str) or value not in choices:

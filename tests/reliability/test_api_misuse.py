@@ -105,6 +105,13 @@ def test_diff_takes_the_same_data_forms(tmp_path):
     _raises(o2g.DataError, "no array for model input(s) x", o2g.diff, conv_model(), data={"nope": X})
 
 
+@pytest.mark.parametrize("num_samples", [0, -1, 2.5, "4", True], ids=["zero", "negative", "float", "text", "bool"])
+def test_diff_num_samples_must_be_a_positive_integer(compiled, num_samples):
+    """As the CLI's --num-samples: a usage error before any work, never a silent empty or reversed slice."""
+    _raises(o2g.UsageError, "--num-samples: expected a positive integer", o2g.diff, compiled, data=X,
+            num_samples=num_samples)
+
+
 def test_errors_carry_cli_exit_codes(tmp_path):
     model = save(conv_model(), tmp_path / "m.onnx")
     for error, code, call in ((o2g.UsageError, 2, lambda: o2g.compile(model, num_calib=0)),
