@@ -55,8 +55,8 @@ def check_output_dir(out: Path, force: bool, inputs: Iterable = ()) -> Path:
     """Refuse an OUT we must not write (see the module docstring) before any work is done, after removing
     what killed runs left there.
 
-    Returns the real path the tree will replace (a symbolic link to a directory is followed), so that
-    nothing about OUT can fail after the compile.
+    Returns the real path the tree will replace (a symbolic link to an empty directory is followed; one to a
+    non-empty directory is refused, --force or not), so that nothing about OUT can fail after the compile.
     """
     out = Path(out)
     if out.is_symlink() and not out.exists():
@@ -67,6 +67,9 @@ def check_output_dir(out: Path, force: bool, inputs: Iterable = ()) -> Path:
     _refuse_overlap(out, real, inputs)
     clean_stale(real)  # first: it may put back an OUT that a killed run had moved away
     if real.is_dir() and any(real.iterdir()):
+        if out.is_symlink():  # --force replaces a folder, never one reached through a link
+            raise OutputError(f"{out}: is a symbolic link to a non-empty folder ({real}); it is not replaced through "
+                              "the link: pass that folder itself (with --force), or remove the link")
         if not force:
             raise OutputError(f"{out}: directory is not empty (use --force to replace it)")
         if os.path.ismount(real):

@@ -96,15 +96,19 @@ def test_out_that_is_a_file_or_a_broken_link(cli, project):
     assert (project / "dangling").is_symlink() and (project / "file").read_text() == "x"
 
 
-def test_symlink_to_a_directory_is_followed(cli, project):
+def test_symlink_to_an_empty_directory_is_followed_and_never_replaced_through(cli, project):
     (project / "real").mkdir()
     (project / "link").symlink_to(project / "real")
     assert cli("m.onnx", "-o", "link", "-q").code == 0
     assert (project / "link").is_symlink() and (project / "real" / "report.json").exists()
-    # non-empty now: refused without --force before the compile, replaced with it
-    assert_one_error(cli("m.onnx", "-o", "link"), 2, "not empty")
-    assert cli("m.onnx", "-o", "link", "--force", "-q").code == 0
-    assert (project / "link").is_symlink() and leftovers(project, "real") == [project / "real"]
+    # non-empty now: the folder behind the link is not replaced, with or without --force
+    (project / "real" / "mine.txt").write_text("keep")
+    for force in ([], ["--force"]):
+        assert_one_error(cli("m.onnx", "-o", "link", *force), 2, "symbolic link to a non-empty folder")
+    assert (project / "link").is_symlink() and (project / "real" / "mine.txt").read_text() == "keep"
+    assert leftovers(project, "real") == [project / "real"]
+    # the folder itself, named as such, is replaced as any other
+    assert cli("m.onnx", "-o", "real", "--force", "-q").code == 0 and not (project / "real" / "mine.txt").exists()
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o007, 0o077])
