@@ -219,6 +219,23 @@ class _Forward:
             self.views[(key, gshape)] = v
         return self.reshape(key, self.views[(key, gshape)], gshape, tuple(shape), elem, sym)
 
+    def repeated_bias(self, cid: str | None, cols: int) -> str:
+        """A repeating bias as DIM identical rows. Buddy's tile_matmul lowering loads D with D's own row stride
+        even when the bias repeats (gemmini.h loads it with stride 0), so each DIM-row block reads DIM rows of
+        D: a one-row bias would give the bias to the block's first row only (docs/mlir.md, Buddy behaviours)."""
+        rows = self.plan.config.dim
+        if cid is None:
+            return self.constant(None, (rows, cols))
+        data = np.tile(self.plan.constants[cid].reshape(1, cols), (rows, 1))
+        sym = self.module.global_for(f"c.{cid}.rows{rows}", data.shape, element_type(data.dtype), data,
+                                     f"{data.dtype} bias of {cols}, repeated on {rows} rows for Buddy's lowering")
+        key = "@" + sym
+        if (key, data.shape) not in self.views:
+            v = self.names.fresh(sym)
+            self.emit(f"{v} = memref.get_global @{sym} : {memref_type(data.shape, element_type(data.dtype))}")
+            self.views[(key, data.shape)] = v
+        return self.views[(key, data.shape)]
+
     def value(self, tid: str | None, shape: tuple[int, ...]) -> str:
         """A step operand read with `shape`: a constant, an activation, or (None) a zero bias."""
         if tid is None or tid in self.plan.constants:
@@ -320,10 +337,10 @@ class _Forward:
         if not dense_strides:
             raise UnsupportedError(f"--emit mlir: matmul '{s.node}' uses row strides; tile_matmul reads dense "
                                    "rows only")
-        d_shape = (1, s.J) if s.repeating_bias else (s.I, s.J)
+        d_shape = (self.plan.config.dim, s.J) if s.repeating_bias else (s.I, s.J)
         a = self.value(s.A, (s.I, s.K))
         b = self.value(s.B, (s.K, s.J))    # weights, or an activation (batched attention matmuls)
-        d = self.value(s.D, d_shape)
+        d = self.repeated_bias(s.D, s.J) if s.repeating_bias else self.value(s.D, d_shape)
         c = self.tensor(s.C, (s.I, s.J), write=True)
         types = (memref_type((s.I, s.K), self.elem_of(s.A)), memref_type((s.K, s.J), self.elem_of(s.B)),
                  memref_type((s.I, s.J), self.elem_of(s.C)), memref_type(d_shape, "i32"))

@@ -4,8 +4,10 @@ The module is parsed and verified by MLIR itself (torch_mlir.ir, unregistered di
 operations are then walked generically (op.name, operands, attributes) and executed with numpy:
 
 * `gemmini.tile_matmul` / `gemmini.tile_conv` with the semantics buddy-mlir's lowering gives them
-  (spec/buddy-mlir.md §1.3: shapes read from the memrefs, bias always loaded, row 0 of D when
-  `repeatingBias`), computed by onnx2gemmini.kernels (spec/gemmini.md §2);
+  (spec/buddy-mlir.md §1.3: shapes read from the memrefs, bias always loaded; with `repeatingBias` D is
+  still read with its own row stride, DIM rows per block, so output row i gets D's row i mod DIM, and a D
+  with fewer rows is read past its end — gemmini.h would give every row D's row 0), computed by
+  onnx2gemmini.kernels (spec/gemmini.md §2);
 * `func.call @o2g_rt_*` of a CPU kernel: the plan step it belongs to (its `o2g.step` attribute) is run
   with the CPU-kernel table's NumPy semantics (cpu/), after checking that the call passes exactly the
   arguments the table prescribes (symbol, scalars, lists, memref shapes and element types); the Gemmini
@@ -118,8 +120,8 @@ def defining_op_name(value) -> str:
 
 # --- checker ------------------------------------------------------------------------------------------
 
-def check_gemmini_ops(module: ir.Module) -> list[str]:
-    """Problems buddy-opt would reject or mis-lower (empty: every gemmini op is fine)."""
+def check_gemmini_ops(module: ir.Module, dim: int = 16) -> list[str]:
+    """Problems buddy-opt would reject or mis-lower for a Gemmini of `dim` (empty: every gemmini op is fine)."""
     problems = []
     for op in ops_of(module):
         if not op.name.startswith("gemmini."):
@@ -153,8 +155,10 @@ def check_gemmini_ops(module: ir.Module) -> list[str]:
             if kind != attr_kinds[name]:
                 problems.append(f"{where}: attribute {name} is {kind}, expected {attr_kinds[name]}")
         if not problems:
-            check = {"gemmini.tile_matmul": _check_matmul, "gemmini.tile_conv": _check_conv}.get(op.name)
-            problems += [f"{where}: {p}" for p in (check(op) if check else [])]
+            if op.name == "gemmini.tile_matmul":
+                problems += [f"{where}: {p}" for p in _check_matmul(op, dim)]
+            elif op.name == "gemmini.tile_conv":
+                problems += [f"{where}: {p}" for p in _check_conv(op)]
     return problems
 
 
@@ -162,7 +166,18 @@ def _elem(v) -> str:
     return str(v.type.element_type)
 
 
-def _check_matmul(op) -> list[str]:
+def bias_rows(rows: int, d_rows: int, repeating: bool, dim: int) -> np.ndarray:
+    """The row of D each output row adds, as Buddy's tile_matmul lowering loads it: D's own row stride in
+    every DIM-row block, also for a repeating bias (whose block restarts at D's first row)."""
+    index = np.arange(rows) % dim if repeating else np.arange(rows)
+    if index.size and index.max() >= d_rows:
+        raise InterpError(f"tile_matmul reads row {int(index.max())} of a {d_rows}-row D (repeatingBias="
+                          f"{repeating}): Buddy's lowering loads a repeating bias with D's row stride, "
+                          "so it needs min(I, DIM) identical rows")
+    return index
+
+
+def _check_matmul(op, dim: int = 16) -> list[str]:
     a, b, c, d = (shape_of(v.type) for v in op.operands)
     at = gemmini_attrs(op)
     problems = []
@@ -171,8 +186,12 @@ def _check_matmul(op) -> list[str]:
         problems.append(f"element types {[_elem(v) for v in op.operands]}, expected i8 i8 {c_elem} i32")
     if b[0] != a[1] or c != (a[0], b[1]):
         problems.append(f"C = A.B shapes: A {a} B {b} C {c}")
-    if d != ((1, b[1]) if at["repeatingBias"] else c):
-        problems.append(f"D {d} for C {c} (repeatingBias={at['repeatingBias']})")
+    if at["repeatingBias"]:  # Buddy loads it with D's row stride (bias_rows): DIM rows, one per block row
+        if d[1] != b[1] or d[0] < min(a[0], dim):
+            problems.append(f"D {d} for C {c} (repeatingBias=true): Buddy's lowering reads min(I, DIM) = "
+                            f"{min(a[0], dim)} rows of D with its row stride")
+    elif d != c:
+        problems.append(f"D {d} for C {c} (repeatingBias=false)")
     if at["dataflow"] != 1 or at["act"] not in (0, 1):
         problems.append(f"dataflow {at['dataflow']} / act {at['act']}: WS with no activation or ReLU only")
     for flag in ("aTranspose", "bTranspose", "lowD"):
@@ -317,7 +336,7 @@ class Interpreter:
         elif name == "gemmini.flush":
             pass
         elif name == "gemmini.tile_matmul":
-            tile_matmul(op, *args)
+            tile_matmul(op, *args, dim=self.plan.config.dim)
         elif name == "gemmini.tile_conv":
             tile_conv(op, *args)
         elif name == "func.call":
@@ -374,14 +393,14 @@ class Interpreter:
             tensors[tid][...] = np.asarray(value).reshape(tensors[tid].shape)
 
 
-def tile_matmul(op, a, b, c, d):
+def tile_matmul(op, a, b, c, d, dim: int = 16):
     at = gemmini_attrs(op)
     i, k = a.shape
     j = b.shape[1]
     a = numerics.mvin_scale(a, at["aScaleFactor"])
     b = numerics.mvin_scale(b, at["bScaleFactor"])
-    bias = d[0, :j] if at["repeatingBias"] else d[:i, :j]
-    c[...] = kernels.matmul(a, b[:k], bias, at["accScale"], at["act"] == 1, at["repeatingBias"], full_C=at["fullC"])
+    bias = d[bias_rows(i, d.shape[0], at["repeatingBias"], dim), :j]  # Buddy's rows, not gemmini.h's
+    c[...] = kernels.matmul(a, b[:k], bias, at["accScale"], at["act"] == 1, False, full_C=at["fullC"])
 
 
 def tile_conv(op, x, w, bias, y, orow, ocol, k):

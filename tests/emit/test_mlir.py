@@ -34,7 +34,7 @@ from onnx2gemmini.slices import densify  # noqa: E402
 from tests.emit import mlir_jit  # noqa: E402
 from tests.emit.c_models import MODELS as C_MODELS  # noqa: E402
 from tests.emit.c_models import OPTIONS as C_OPTIONS  # noqa: E402
-from tests.emit.mlir_interp import Interpreter, check_gemmini_ops, ops_of, parse  # noqa: E402
+from tests.emit.mlir_interp import InterpError, Interpreter, check_gemmini_ops, ops_of, parse  # noqa: E402
 from tests.helpers import infer_outputs, random_dataset, rng  # noqa: E402
 from tests.ops.test_conv import conv_model  # noqa: E402
 from tests.ops.test_activations import se_block  # noqa: E402
@@ -51,7 +51,7 @@ def assert_runs_like_emulator(plan, inputs: list[dict]) -> str:
     """Emit, parse, verify, check every gemmini op, interpret each sample against the emulator."""
     text = emit_mlir(plan)
     module = parse(text)
-    assert check_gemmini_ops(module) == []
+    assert check_gemmini_ops(module, plan.config.dim) == []
     interp = Interpreter(module, densify(plan))
     for sample in inputs:
         feeds = [sample[plan.tensors[t].onnx_name] for t in plan.inputs]
@@ -642,3 +642,33 @@ def test_output_with_scales_per_index_runs_like_the_emulator():
     data = random_dataset(model, 2, 3)
     text = assert_runs_like_emulator(plan, [data.sample(i) for i in range(2)])
     assert re.search(r"output %\S+: 'y' 1x9x64 int8, scales per index along axis 1: 4 x \S+, 3 x \S+, 2 x ", text)
+
+
+# --- Buddy's lowering as the oracle: a one-row repeating bias --------------------------------------------
+
+def one_row_bias(text: str, cols: int) -> str:
+    """The module as emitted before the fix: each repeating bias as one row (memref<1xJxi32>)."""
+    text = text.replace(f"memref<16x{cols}xi32>", f"memref<1x{cols}xi32>")
+    return re.sub(r'(rows16 : memref<1x%dxi32> = dense<"0x)([0-9A-F]+)' % cols, lambda m: m[1] + m[2][:cols * 8],
+                  text)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 20], ids=["one_row", "five_rows", "two_blocks"])
+def test_repeating_bias_follows_buddys_lowering(rows):
+    """Buddy loads a repeating bias with D's own row stride, DIM rows per block (gemmini.h: stride 0). The
+    oracle (mlir_interp.bias_rows, check_gemmini_ops) says so; the bias emitted as DIM identical rows runs like
+    the emulator for any I, and the one-row form it replaced is flagged whenever I > 1 (negative control)."""
+    model = _matmul(a_shape=(rows, 16), n=8)
+    plan = compile_model(model).plan
+    data = random_dataset(model, 2, 3)
+    text = assert_runs_like_emulator(plan, [data.sample(i) for i in range(2)])
+    assert "memref<16x8xi32>" in text and "repeatingBias = true" in text
+    old = parse(one_row_bias(text, 8))
+    problems = check_gemmini_ops(old, plan.config.dim)
+    if rows == 1:  # one row: Buddy reads D's first row only, which is right
+        assert problems == []
+        return
+    assert any("reads min(I, DIM)" in p for p in problems), problems
+    feeds = [data.sample(0)[plan.tensors[t].onnx_name] for t in plan.inputs]
+    with pytest.raises(InterpError, match="reads row"):
+        Interpreter(old, densify(plan)).run(feeds)
