@@ -28,7 +28,7 @@ from onnx2gemmini.plan import Conv, CpuOp, Matmul, Step
 from onnx2gemmini.run import hostc
 from onnx2gemmini.run.emulator import Emulator
 from onnx2gemmini.run.selftest import selftest_case
-from onnx2gemmini.tolerance import EXACT
+from onnx2gemmini.tolerance import EXACT, Tolerance
 from tests.emit.c_fake_gemmini import make_tree
 from tests.emit.c_models import MODELS, OPTIONS
 from tests.helpers import random_dataset
@@ -86,25 +86,35 @@ def digits(workdir) -> Built:
     return build_case(workdir, "digits", compiled, samples=digits_samples())
 
 
-def after_inexact_kernels(plan) -> set[str]:
-    """Tensors a float kernel with libm calls (or a step reading one of its results) writes: ./model may
-    differ there by the kernel's stated LSB, and arithmetic after it carries that on; the self-test checks
-    those steps one by one on the emulator's inputs instead (CHECK_LAYERS=1)."""
-    tainted: set[str] = set()
+def inexact_tolerances(plan) -> dict[str, Tolerance]:
+    """Tensors a float kernel with libm calls (or a step reading one of its results) writes, with how far
+    ./model may be from the emulator there: the kernels' stated tolerances combined along the way (the
+    self-test also checks those steps one by one on the emulator's inputs, CHECK_LAYERS=1)."""
+    tainted: dict[str, Tolerance] = {}
     for step in plan.steps:
-        if c_tolerance(step) != EXACT or any(plan.base(t).id in tainted for t in step.reads() if t in plan.tensors):
-            tainted |= {plan.base(t).id for t in step.writes()}
+        tol = c_tolerance(step)
+        for t in step.reads():
+            if t in plan.tensors and plan.base(t).id in tainted:
+                tol = tol.combine(tainted[plan.base(t).id])
+        if tol != EXACT:
+            tainted.update((plan.base(t).id, tol) for t in step.writes())
     return tainted
 
 
+def after_inexact_kernels(plan) -> set[str]:
+    return set(inexact_tolerances(plan))
+
+
 def assert_like_emulator(plan, got: dict, want: dict, what: str = ""):
-    """Every output equals the emulator's, except those after a libm kernel (see after_inexact_kernels)."""
-    tainted = after_inexact_kernels(plan)
+    """Every output equals the emulator's; one after a libm kernel within that kernel's tolerance (its largest
+    difference, and a budget of differing values for the values compared)."""
+    tainted = inexact_tolerances(plan)
     for tid in plan.outputs:
-        if plan.base(tid).id in tainted:
-            continue
-        diff = got[tid] != want[tid].reshape(got[tid].shape)
-        assert not diff.any(), f"{what} {tid}: {int(diff.sum())} values differ"
+        values, expected = got[tid].astype(np.int32), want[tid].reshape(got[tid].shape).astype(np.int32)
+        diff = np.abs(values - expected)
+        tol = tainted.get(plan.base(tid).id, EXACT)
+        why = tol.failure(int(diff.max(initial=0)), int(np.count_nonzero(diff)), diff.size)
+        assert why is None, f"{what} {tid}: {why}"
 
 
 def assert_program_matches(built: Built):
@@ -433,3 +443,22 @@ def test_plain_make_in_a_fresh_output_folder_builds_model(tmp_path):
     assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
     assert (out / "c" / "model").is_file() and os.access(out / "c" / "model", os.X_OK)
     assert not list((out / "c").glob("selftest_mode_*.stamp")) and not (out / "c" / "model-selftest").exists()
+
+
+def test_outputs_after_libm_kernels_are_compared_within_their_budget():
+    """Negative control of assert_like_emulator: an output after a libm kernel is compared too, and a
+    difference beyond its kernel's tolerance fails (two LSB, or one LSB on more values than the budget)."""
+    plan = o2g.compile(MODELS["lrn"](), calib=random_dataset(MODELS["lrn"](), 4, 0)).plan
+    [tid] = plan.outputs
+    tol = inexact_tolerances(plan)[plan.base(tid).id]
+    assert tol.lsb == 1 and 0 < tol.rate < 1
+    want = Emulator(plan).run(random_dataset(MODELS["lrn"](), 1, 7).sample(0))
+    shifted = want[tid].astype(np.int32)
+    assert_like_emulator(plan, {tid: shifted.astype(np.int8)}, want)
+    flat = shifted.reshape(-1).copy()
+    flat[0] += 2 if flat[0] < 126 else -2
+    with pytest.raises(AssertionError, match="2 LSB > 1"):
+        assert_like_emulator(plan, {tid: flat.reshape(shifted.shape).astype(np.int8)}, want)
+    many = np.where(shifted < 127, shifted + 1, shifted - 1)  # every value one LSB off
+    with pytest.raises(AssertionError, match="values differ, more than the"):
+        assert_like_emulator(plan, {tid: many.astype(np.int8)}, want)
