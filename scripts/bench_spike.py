@@ -50,7 +50,10 @@ RUNTIME = ROOT / "onnx2gemmini" / "runtime"
 sys.path.insert(0, str(ROOT))
 
 from onnx2gemmini import cpu, kernels, numerics  # noqa: E402  (the NumPy reference kernels; the table's)
+from onnx2gemmini.cpu.float_ops import LIBM  # noqa: E402  (the tolerances the C kernels state)
+from onnx2gemmini.cpu.recurrent import RECURRENCE  # noqa: E402
 from onnx2gemmini.ops.resize import cubic_tables  # noqa: E402  (the compiler's own cubic taps)
+from onnx2gemmini.tolerance import EXACT, Tolerance  # noqa: E402
 
 GUARD = 0x5A       # output bytes around (and, for concat_part, inside) the written region
 OUT_SLACK = 64     # guard bytes checked on each side of an output
@@ -69,7 +72,7 @@ class Case:
     units: dict[str, int]          # {"elem": output elements, "MAC": ..}; instructions are divided by each
     offsets: tuple[int, ...] = ()  # byte misalignment of each input (default 0: 64-byte aligned)
     out_offset: int = 0            # byte misalignment of the output
-    tol: int = 0                   # LSB (softmax, lrn, layernorm: 1)
+    tol: Tolerance = EXACT         # the kernel's stated C tolerance: largest difference and a budget of values
     prefill: np.ndarray | None = None  # output bytes before the call (default GUARD)
 
 
@@ -196,7 +199,7 @@ def softmax_case(rng, outer, n, inner, in_scale=0.05, out_scale=1 / 127) -> Case
     ref = kernels.softmax(x, 1, in_scale, out_scale)
     return Case(f"softmax {outer}x{n}x{inner}", "softmax",
                 f"o2g_softmax({{in0}}, {{out}}, {outer}, {n}, {inner}, {c_float(in_scale)}, {c_float(out_scale)});",
-                [x], ref, {"elem": x.size}, tol=1)
+                [x], ref, {"elem": x.size}, tol=LIBM)
 
 
 def gather_case(rng, outer, n, inner, count, off=0, oo=0) -> Case:
@@ -360,7 +363,7 @@ def lrn_case(rng, outer, c, inner, size=5, alpha=1e-4, beta=0.75, bias=1.0, in_s
     ref = kernels.lrn(x, 1, size, alpha, beta, bias, in_scale, out_scale)
     return Case(f"lrn {outer}x{c}x{inner} size {size}", "lrn",
                 f"o2g_lrn({{in0}}, {{out}}, {outer}, {c}, {inner}, {size}, {c_float(alpha / size)}, {c_float(beta)}, "
-                f"{c_float(bias)}, {c_float(in_scale)}, {c_float(out_scale)});", [x], ref, {"elem": x.size}, tol=1)
+                f"{c_float(bias)}, {c_float(in_scale)}, {c_float(out_scale)});", [x], ref, {"elem": x.size}, tol=LIBM)
 
 
 def layernorm_case(rng, outer, n, eps=1e-5, in_scale=0.03, out_scale=0.02) -> Case:
@@ -369,7 +372,7 @@ def layernorm_case(rng, outer, n, eps=1e-5, in_scale=0.03, out_scale=0.02) -> Ca
     ref = kernels.layernorm(x, gamma, beta, 1, eps, in_scale, out_scale)
     return Case(f"layernorm {outer}x{n}", "layernorm",
                 f"o2g_layernorm({{in0}}, {{in1}}, {{in2}}, {{out}}, {outer}, {n}, {c_float(eps)}, {c_float(in_scale)}, "
-                f"{c_float(out_scale)});", [x, gamma, beta], ref, {"elem": x.size}, tol=1)
+                f"{c_float(out_scale)});", [x, gamma, beta], ref, {"elem": x.size}, tol=LIBM)
 
 
 def reduce_case(rng, outer, axis_len, inner, kind, in_scale=0.03, out_scale=None) -> Case:
@@ -413,7 +416,7 @@ def recurrent_case(rng, cell, seq, batch, hidden, directions=1, reverse=False, l
         (" linear_before_reset" if linear_before_reset else "") + (" int32 projections" if wide else "")
     return Case(name, cell, f"o2g_{cell}({ins}, {ptrs}, {shape}, {extra}{tail});", inputs,
                 np.concatenate([o.reshape(-1) for o in outs]),
-                {"elem": n_y, "MAC": seq * batch * directions * gates * hidden * hidden}, tol=1)
+                {"elem": n_y, "MAC": seq * batch * directions * gates * hidden * hidden}, tol=RECURRENCE)
 
 
 def float_conv_case(rng, n, h, w, c, oc, k, s, p, groups=1, d=(1, 1), bias=True, relu=False, in_scale=0.02,
@@ -648,6 +651,19 @@ def fnv(data: bytes) -> int:
     return h
 
 
+def compare(case: Case, got: np.ndarray) -> tuple[bool, str]:
+    """(ok, why not) for a kernel's dumped output against NumPy, within the kernel's stated tolerance."""
+    want = case.expected.astype(np.int8).reshape(-1)
+    if got.size != want.size:
+        return False, f"{got.size} bytes dumped, {want.size} expected"
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    why = case.tol.failure(int(diff.max(initial=0)), int(np.count_nonzero(diff)), diff.size)
+    if why is None:
+        return True, ""
+    first = int(np.argmax(diff > 0))
+    return False, f"{why}; first difference at {first}: got {int(got[first])} want {int(want[first])}"
+
+
 def run(exe: Path, cases: list[Case], cmd_prefix: list[str], timeout: float = 3600) -> list[Result]:
     """Runs the driver; checks each output (hash, or the dumped bytes when built with dump=True)."""
     proc = subprocess.run([*cmd_prefix, str(exe)], capture_output=True, text=True, timeout=timeout,
@@ -664,20 +680,12 @@ def run(exe: Path, cases: list[Case], cmd_prefix: list[str], timeout: float = 36
         want = case.expected.astype(np.int8).reshape(-1)
         detail = ""
         if int(index) in data:
-            got = np.asarray(data[int(index)], np.uint8).view(np.int8)
-            diff = np.abs(got.astype(np.int32) - want.astype(np.int32)) if got.size == want.size else None
-            if diff is None:
-                ok, detail = False, f"{got.size} bytes dumped, {want.size} expected"
-            else:
-                ok = int(diff.max(initial=0)) <= case.tol
-                if not ok:
-                    first = int(np.argmax(diff > case.tol))
-                    detail = (f"{int((diff > case.tol).sum())} of {want.size} differ, first at {first}: "
-                              f"got {int(got[first])} want {int(want[first])}")
+            ok, detail = compare(case, np.asarray(data[int(index)], np.uint8).view(np.int8))
         else:
             ok = int(digest, 16) == fnv(want.tobytes())
             if not ok:
-                detail = "hash differs" + (" (within-1-LSB kernels may differ: rerun with --check)" if case.tol else "")
+                detail = "hash differs" + (" (kernels with a tolerance may differ: rerun with --check)"
+                                           if case.tol != EXACT else "")
         if int(guard):
             ok, detail = False, f"{guard} guard bytes around the output overwritten; " + detail
         results.append(Result(case, int(instret), ok, detail))

@@ -7,6 +7,7 @@ quantization runs as fdiv.s/fcvt.w.s with static rne rounding. The cases and the
 scripts/bench_spike.py's."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -255,3 +256,22 @@ def test_riscv_quantization_is_fdiv_and_fcvt_without_library_calls(tmp_path):
     quantize = quantize[:re.search(r"\n\n[0-9a-f]+ <o2g_\w+>:", quantize).start()]
     assert "fdiv.s" in quantize and re.search(r"fcvt\.w\.s\s+\w+,\s*\w+,\s*rne", quantize)
     assert set(re.findall(r"R_RISCV_CALL(?:_PLT)?\s+(\w+)", quantize)) <= {"o2g_sat_slow"}  # saturation, out of line
+
+
+def test_a_kernel_output_is_checked_against_its_budget():
+    """Negative control of the Spike/host comparison: a libm kernel's output may be 1 LSB off on a budget
+    of values (its stated tolerance), not 2 LSB, and not on every value."""
+    r = np.random.default_rng(5)
+    case = B.softmax_case(r, 4, 50, 1)
+    want = case.expected.astype(np.int8).reshape(-1)
+    assert B.compare(case, want) == (True, "")
+    one = want.copy()
+    one[3] += 1 if one[3] < 127 else -1
+    assert B.compare(case, one)[0]
+    two = want.copy()
+    two[3] += 2 if two[3] < 126 else -2
+    assert B.compare(case, two)[1].startswith("2 LSB > 1")
+    every = np.where(want < 127, want.astype(np.int16) + 1, want.astype(np.int16) - 1).astype(np.int8)
+    assert "more than the" in B.compare(case, every)[1]
+    exact = dataclasses.replace(case, tol=B.EXACT)
+    assert B.compare(exact, one)[1].startswith("1 LSB > 0")
