@@ -19,7 +19,7 @@ __all__ = ["compile", "diff", "Compiled", "DiffResult", "O2GError", "UsageError"
 
 
 def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=None,
-         calib_method: str = "mse", num_samples: int | None = None, equalize: bool = True,
+         calib_method: str = "auto", num_samples: int | None = None, equalize: bool = True,
          tiling: str = "search", bias_correction: bool = True,
          weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, workers: int | None = 1,
          ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,

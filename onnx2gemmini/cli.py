@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from . import limits
-from .calibrate import METHODS, POOLED_SHARE
+from .quant.calibrate import POOLED_SHARE
+from .quant.selection import AUTO, METHODS
 from .compiler import DEFAULT_WEIGHT_SCALES, WEIGHT_SCALES
 from .emit.names import ascii_text
 from .errors import CheckFailed, O2GError
@@ -36,10 +37,13 @@ def _common(f):
         click.option("--calib", type=click.Path(path_type=Path), help="Calibration data (.npz, .npy or a "
                      "test_data_set_* directory); without it: deterministic random data and a warning."),
         click.option("--num-calib", type=click.IntRange(min=1), help="Use at most N calibration samples."),
-        click.option("--calib-method", type=click.Choice(list(METHODS)), default="mse",
-                     show_default=True, help="Range estimator (mse: the clip of least int8 error, but where a "
-                     f"max-pool reads, not below the level {POOLED_SHARE:.0%} of the samples reach; output: "
-                     "of mse, percentile and minmax, the one that disturbs each tensor's consumers least)."),
+        click.option("--calib-method", type=click.Choice(list(METHODS)), default=AUTO,
+                     show_default=True, help="Range estimator. auto: of mse, minmax, entropy and percentile, the one "
+                     "whose whole-model int8 output is closest to float on calibration samples it was not fitted on "
+                     f"(the report says which and by how much). mse: the clip of least int8 error, but where a "
+                     f"max-pool reads, not below the level {POOLED_SHARE:.0%} of the samples reach; entropy: "
+                     "KL divergence, as onnxruntime's; output: of mse, percentile and minmax, the one that disturbs "
+                     "each tensor's consumers least."),
         click.option("--config", "config", default="default", show_default=True,
                      help="Gemmini configuration: a preset name or a JSON file."),
         click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",

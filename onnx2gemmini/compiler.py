@@ -14,8 +14,9 @@ import onnx
 
 from . import limits as limits_mod
 from . import torch_export
-from .adaround import Rounder
-from .calibrate import METHODS, statistics
+from .quant.adaround import Rounder
+from .quant import selection
+from .quant.calibrate import collect, statistics
 from .config import PRESETS, GemminiConfig, load_config
 from .data import Dataset, load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
@@ -30,7 +31,7 @@ from .planner import build_plan, preflight
 from .ops import keep_float as keep_float_mod
 from .ops.registry import handlers_for
 from .quality import STATS_SAMPLES
-from .quantize import QuantTable, build_table, joined_ranges, propagate_fixed_scales
+from .quant.quantize import QuantTable, build_table, joined_ranges, propagate_fixed_scales
 from .run.emulator import Emulator, dequantize
 from .run.selftest import calibration_sample, default_sample, sample_warnings
 
@@ -54,6 +55,7 @@ class Compiled:
     sources: tuple[str, ...] = ()  # data and config files the compile read (besides the model's own)
     calib_head: Dataset | None = None  # the first calibration samples (a copy): the report's per-layer SQNR
     selftest_sample: dict | None = None  # the generated programs' embedded input (run/selftest.py)
+    calibration: dict = field(default_factory=dict)  # report.json's `calibration` (quant/selection.py)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
@@ -134,7 +136,7 @@ DEFAULT_WEIGHT_SCALES = "sorted"
 
 
 def compile(model, calib=None, config=None, input_shape=None, num_calib: int | None = None,
-            calib_method: str = "mse", command: str = "", equalize: bool = True,
+            calib_method: str = selection.AUTO, command: str = "", equalize: bool = True,
             tiling: str = "search", bias_correction: bool = True,
             weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, progress=None,
             keep_float=None, adaround: bool = False) -> Compiled:
@@ -145,8 +147,11 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     `calib` (and `o2g.diff`'s `data`): a .npz/.npy file or model-zoo folder, an array (single-input
     models), a dict {input name: array}, or an iterable of such dicts; samples on axis 0.
 
-    The defaults come from scripts/bench_quantization.py (output SQNR vs fp32 on two trained depthwise
-    nets; see the README): `calib_method` "mse" (+0.7 to +4.3 dB over minmax), `equalize` (cross-layer
+    `calib_method`: "auto" (the default; quant/selection.py) fits each of mse, minmax, entropy and percentile
+    on part of the calibration samples and keeps the one whose whole-model int8 output is closest to float on
+    the rest (`Compiled.calibration` says which, by how much, on how many samples); "mse", "minmax",
+    "entropy", "percentile" or "output" force one estimator. The other defaults come from
+    scripts/bench_quantization.py (output SQNR vs fp32 on two trained depthwise nets; see the README): `equalize` (cross-layer
     equalization of conv -> ReLU -> conv pairs; -0.1 to +1.2 dB), `bias_correction` (cancels the mean output
     error of int8 weights using calibration statistics; 0 to +1.0 dB). `weight_scales`: "sorted" (the
     default, from scripts/bench_real_models.py: one scale per layer, except where a conv's channel ranges
@@ -194,7 +199,7 @@ def check_count(option: str, value) -> None:
 def _check_options(num_calib, calib_method, tiling, weight_scales) -> None:
     """The option values, checked before any work (the API gets the CLI's usage errors, not a TypeError)."""
     check_count("--num-calib", num_calib)
-    for option, value, choices in (("--calib-method", calib_method, METHODS), ("--tiling", tiling, TILINGS),
+    for option, value, choices in (("--calib-method", calib_method, selection.METHODS), ("--tiling", tiling, TILINGS),
                                    ("--weight-scales", weight_scales, WEIGHT_SCALES)):
         if not isinstance(value, str) or value not in choices:
             raise UsageError(f"{option}: unknown value {value!r} (choose from {', '.join(choices)})")
@@ -240,19 +245,34 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
         else:
             data = load_data(calib, graph.inputs).head(num_calib)
         # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
-        amax, means = {}, None
+        amax, means, method = {}, None, "from the model"
+        handlers = handlers_for(graph)
+        group = {"groups": cfg.dim, "channel": 1}.get(weight_scales, 0)
+
+        def table(ranges, table_means, name, rounder=None) -> QuantTable:
+            return build_table(graph, handlers, ranges, name, data.num_samples, table_means, group, kept, rounder)
+
+        calibration = selection.forced(method)
         if data is not None:  # one float pass: the ranges, and the input means bias correction needs
             weighted = [n.inputs[0] for n in graph.nodes if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
-            stats = statistics(build_float(graph), data, calib_method, graph_activations(graph),
-                               weighted if bias_correction else [],
-                               progress=lambda done: phase.tell("calibrate", done, data.num_samples))
-            amax, means = stats.amax, (stats.means if bias_correction else None)
+            tell = lambda done: phase.tell("calibrate", done, data.num_samples)  # noqa: E731
+            mean_tensors = weighted if bias_correction else []
+            if calib_method == selection.AUTO:
+                found = collect(build_float(graph), data, graph_activations(graph), mean_tensors, progress=tell)
+                choice = selection.choose(graph, found,
+                                          lambda r, m, name: table(r, m if bias_correction else None, name))
+                method, calibration = choice.chosen, choice.report()
+                amax, means = found.ranges(method), (found.means() if bias_correction else None)
+            else:
+                stats = statistics(build_float(graph), data, calib_method, graph_activations(graph), mean_tensors,
+                                   progress=tell)
+                amax, means = stats.amax, (stats.means if bias_correction else None)
+                method, calibration = calib_method, selection.forced(calib_method)
     with phase("quantize"):
-        quant = build_table(graph, handlers_for(graph), amax, calib_method if data is not None else "from the model",
-                            data.num_samples if data is not None else 0, means,
-                            {"groups": cfg.dim, "channel": 1}.get(weight_scales, 0), kept,
-                            Rounder.from_data(graph, build_float(graph), data) if adaround and data is not None
-                            else None)
+        if data is None:
+            quant = build_table(graph, handlers, amax, method, 0, None, group, kept, None)
+        else:
+            quant = table(amax, means, method, Rounder.from_data(graph, build_float(graph), data) if adaround else None)
     warnings += joined_ranges(graph, quant)
     with phase("plan"):
         name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
@@ -270,7 +290,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     sample = default_sample(plan) if real is None else real
     warnings += sample_warnings(plan, sample, "calibration sample 0" if real is not None else "seeded noise")
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head,
-                    selftest_sample=sample)
+                    selftest_sample=sample, calibration=calibration)
 
 
 def _original_ops(loaded: LoadedModel) -> dict[str, str]:

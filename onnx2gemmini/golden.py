@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .einsum import matmul_form
 from .graph import Graph, Node, topological
 from .ops.registry import lookup
-from .quantize import QuantTable
+from .quant.quantize import QuantTable
 
 QDQ_OPSET = 13
 

@@ -13,7 +13,7 @@ from .ops import keep_float
 from .ops.context import LowerContext
 from .ops.registry import lookup
 from .plan import CpuOp, Plan, Tensor
-from .quantize import QuantTable
+from .quant.quantize import QuantTable
 from .slices import concat_in_place, restride
 
 

@@ -770,7 +770,7 @@ def set_det_size(size: int) -> None:
 
 # ----------------------------------------------------------------------------------------- configurations
 
-DEFAULT = dict(calib_method="mse", equalize=True, bias_correction=True, weight_scales="sorted")
+DEFAULT = dict(calib_method="auto", equalize=True, bias_correction=True, weight_scales="sorted")
 
 
 def ours(label: str, layers: bool = False, **changes) -> dict:
@@ -778,7 +778,7 @@ def ours(label: str, layers: bool = False, **changes) -> dict:
     return {"kind": "ours", "label": label, "options": {**DEFAULT, **changes}, "layers": layers}
 
 
-DEFAULT_LABEL = "default (mse, CLE, bias corr., sorted weight groups)"
+DEFAULT_LABEL = "default (auto: held-out best of mse/minmax/entropy/percentile; CLE, bias corr., sorted weights)"
 
 
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")  # every run: onnxruntime's rows are cheap next to ours
@@ -786,18 +786,20 @@ ORT_METHODS = ("MinMax", "Entropy", "Percentile")  # every run: onnxruntime's ro
 
 def configurations(quick: bool) -> list[dict]:
     rows = [ours(DEFAULT_LABEL, layers=True),
+            ours("mse", calib_method="mse"),
             ours("minmax", layers=True, calib_method="minmax"),
+            ours("entropy", calib_method="entropy"),
             ours("percentile", calib_method="percentile"),
             ours("output-aware", layers=True, calib_method="output"),
-            ours("mse, AdaRound", adaround=True),
-            ours("mse, --no-equalize", equalize=False),
-            ours("mse, --no-bias-correction", bias_correction=False),
-            ours("mse, weight scales: tensor", weight_scales="tensor"),
+            ours("mse, AdaRound", calib_method="mse", adaround=True),
+            ours("mse, --no-equalize", calib_method="mse", equalize=False),
+            ours("mse, --no-bias-correction", calib_method="mse", bias_correction=False),
+            ours("mse, weight scales: tensor", calib_method="mse", weight_scales="tensor"),
             ours("minmax, no CLE, no bias corr., one weight scale", calib_method="minmax", equalize=False,
                  bias_correction=False, weight_scales="tensor")]
     if not quick:
-        rows += [ours("mse, weight scales: groups", weight_scales="groups"),
-                 ours("mse, weight scales: channel", weight_scales="channel")]
+        rows += [ours("mse, weight scales: groups", calib_method="mse", weight_scales="groups"),
+                 ours("mse, weight scales: channel", calib_method="mse", weight_scales="channel")]
     rows += [{"kind": "ort", "label": f"onnxruntime {m}", "method": m} for m in ORT_METHODS]
     return rows
 
@@ -943,6 +945,8 @@ def evaluate(row: dict) -> dict:
             calib = Dataset({model.input: _W["calib"]}, None, "calibration split")
             compiled = o2g.compile(str(model.path()), calib=calib, input_shape={model.input: model.shape},
                                    **row["options"])
+            result["calibration"] = compiled.calibration
+            result["compile_seconds"] = round(time.perf_counter() - t0, 1)
             got = [compiled.run({model.input: s}) for s in _W["eval"]]
             if _W["layer_samples"] and row["layers"]:
                 r = run_diff(compiled, Dataset({model.input: _W["eval"][:_W["layer_samples"]]}, None, "eval"))
@@ -1092,6 +1096,18 @@ def print_model(key: str, entry: dict) -> None:
         print(f"    {r['label']:52} {fmt(r['sqnr_db']):>8} {fmt(r['cosine'], '.4f'):>8}  {other:20} {exact:5} "
               f"{r['seconds']:5.0f} {'' if calls is None else calls:>6} {'' if cycles is None else f'{cycles:,}':>12}  "
               f"{r['task']['text']}")
+    chose = next((r.get("calibration") for r in entry["rows"] if r["label"] == DEFAULT_LABEL), None) or {}
+    if chose.get("candidates"):
+        figures = ", ".join(f"{c['name']} {fmt(c['heldout_sqnr_db'])}" for c in chose["candidates"])
+        print(f"    the default chose {chose['chosen']} on {chose['heldout_samples']} held-out calibration samples "
+              f"({figures} dB); compile {fmt(default_compile_ratio(entry), '.2f')}x forced mse's")
+
+
+def default_compile_ratio(entry: dict) -> float | None:
+    """The default's compile time over forced mse's (the previous default): what choosing costs."""
+    seconds = {r["label"]: r.get("compile_seconds") for r in entry["rows"]}
+    auto, mse = seconds.get(DEFAULT_LABEL), seconds.get("mse")
+    return auto / mse if auto and mse else None
 
 
 def layer_gaps(entry: dict, a_label: str, b_label: str) -> list[dict]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onnx2gemmini import adaround
+from onnx2gemmini.quant import adaround
 from onnx2gemmini.numerics import scale_for
 from tests.helpers import assert_matches_ort, make_model, rng
 

@@ -21,7 +21,7 @@ import pytest
 from onnx import helper
 
 import onnx2gemmini as o2g
-from onnx2gemmini import quantize
+from onnx2gemmini.quant import quantize
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.emit.c import write_c

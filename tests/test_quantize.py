@@ -4,7 +4,7 @@ from onnx import helper
 
 import onnx2gemmini as o2g
 from onnx2gemmini.numerics import scale_for
-from onnx2gemmini.quantize import quantize_weights
+from onnx2gemmini.quant.quantize import quantize_weights
 from tests.helpers import infer_outputs, random_dataset, rng
 
 

@@ -4,7 +4,7 @@ that clipping cuts) than when a sum does (there the finer step of a clipped rang
 import numpy as np
 from onnx import helper
 
-from onnx2gemmini.calibrate import statistics
+from onnx2gemmini.quant.calibrate import statistics
 from onnx2gemmini.data import Dataset
 from tests.helpers import make_model, rng
 

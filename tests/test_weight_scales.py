@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import onnx2gemmini as o2g
-from onnx2gemmini.quantize import group_scales, quantize_weights, scale_for
+from onnx2gemmini.quant.quantize import group_scales, quantize_weights, scale_for
 from tests.emit.c_models import MODELS
 from tests.helpers import assert_matches_ort, random_dataset
 from tests.ops.test_conv import conv_model, grouped_model

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..version import __version__
 from . import plots
 from .names import html_text
-from .report import SENSITIVITY_TOP
+from .report import SENSITIVITY_TOP, calibration_text
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 STYLE = """
@@ -73,6 +73,8 @@ def report_html(report: dict) -> str:
         f"{html_text(report['quantization']['method'])} over {int(report['quantization']['num_samples'])} "
         f"samples; weights: {html_text(report['quantization'].get('weight_scales', ''))}</p>",
     ]
+    chosen = calibration_text(report.get("calibration") or {})
+    parts += [f'<p class="meta">range estimator: {html_text(chosen)}</p>'] if chosen else []
     parts += [f'<p class="warn">warning: {html_text(w)}</p>' for w in report["warnings"]]
     parts.append('<div class="cards">' + "".join(
         f'<div class="card">{html_text(label)}<b>{html_text(value)}</b></div>' for label, value in (

@@ -160,6 +160,7 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
                                    "s_in*s_w" + (f"; {len(compiled.quant.axis_scales)} concatenated model output(s) "
                                                  "keep each input's scale" if compiled.quant.axis_scales else ""),
                          "weight_scales": compiled.quant.weight_scheme()},
+        "calibration": compiled.calibration,
         "passes": compiled.changes,
         "warnings": compiled.warnings,
         "layers": rows,
@@ -201,13 +202,31 @@ def _default(value):
     raise TypeError(type(value).__name__)
 
 
+def calibration_text(calibration: dict) -> str:
+    """One sentence on how the range estimator was chosen (quant/selection.py), or "" when it was forced."""
+    scored = [c for c in calibration.get("candidates", []) if c.get("heldout_sqnr_db") is not None]
+    if not scored:
+        return ""
+    figures = ", ".join(f"{c['name']} {c['heldout_sqnr_db']:.2f} dB" for c in scored)
+    margin = calibration.get("margin_db")
+    lead = f", {margin:+.2f} dB over the next best" if margin is not None else ""
+    return (f"{calibration['chosen']} chosen by output SQNR on {calibration['heldout_samples']} held-out calibration "
+            f"samples ({calibration['folds']} fold(s)){lead}: {figures}")
+
+
+def calibration_lines(calibration: dict) -> list[str]:
+    text = calibration_text(calibration)
+    return [f"- range estimator: {text}"] if text else []
+
+
 def report_markdown(report: dict) -> str:
     m, t = report["model"], report["totals"]
     lines = [f"# onnx2gemmini report: {markdown(m['path'])}", "",
              f"- model sha256: `{m['sha256']}`, opset {m['opset']}",
              f"- Gemmini config: {markdown(report['config']['name'])} (DIM {report['config']['dim']})",
              f"- quantization: {report['quantization']['scheme']}; calibration "
-             f"{report['quantization']['method']} over {report['quantization']['num_samples']} samples", ""]
+             f"{report['quantization']['method']} over {report['quantization']['num_samples']} samples",
+             *calibration_lines(report.get("calibration") or {}), ""]
     for w in report["warnings"]:
         lines.append(f"> warning: {markdown(w)}")
     lines += ["", "DRAM bytes are exact for the tiling (bytes moved by mvin/mvout); cycles and utilization are "

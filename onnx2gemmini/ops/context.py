@@ -10,7 +10,7 @@ from typing import Mapping
 
 from ..config import GemminiConfig
 from ..plan import Tensor
-from ..quantize import QuantTable, WeightQuant
+from ..quant.quantize import QuantTable, WeightQuant
 
 
 @dataclass(frozen=True)

@@ -101,9 +101,9 @@ class Rounder:
 
     @classmethod
     def from_data(cls, graph, float_model, data) -> "Rounder":
-        from .ort_session import session
-        from .graph import NodeView
-        from .ops.conv import geometry
+        from ..ort_session import session
+        from ..graph import NodeView
+        from ..ops.conv import geometry
 
         layers = {}
         for node in graph.nodes:

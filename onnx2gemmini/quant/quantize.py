@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import UnsupportedError
-from .graph import Graph, NodeView, topological
-from .numerics import (along_axis, bias_scale, channel_ranges, quantize_bias, run_tops, scale_for,
+from ..errors import UnsupportedError
+from ..graph import Graph, NodeView, topological
+from ..numerics import (along_axis, bias_scale, channel_ranges, quantize_bias, run_tops, scale_for,
                        symmetric_int8)
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from collections import defaultdict
 import numpy as np
 import onnx
 
-from .errors import ModelError
-from .numerics import dequantize, quantize, scale_for
-from .ort_session import session
+from ..errors import ModelError
+from ..numerics import dequantize, quantize, scale_for
+from ..ort_session import session
 
 SAMPLES = 8                 # calibration samples the candidates are compared on, at most
 BUDGET_BYTES = 384 * 2**20  # float values of every tensor kept for them, at most

@@ -1,13 +1,14 @@
 """Run the float model in onnxruntime over calibration data and estimate a range for every tensor.
 
-Estimators: minmax (largest |x|), percentile (99.99th percentile of |x|), mse (the clipping threshold that
-minimises the expected int8 quantisation error; for a tensor a max-pool reads, at least the level POOLED_SHARE
-of the calibration samples reach), output (of minmax, percentile and the plain mse threshold, the one that
-disturbs the tensor's consumers' outputs least: range_search.py). One pass over the data records everything
-later steps need (each sample's largest |x|, the nonzero |x| for the histograms, per-channel means for bias
-correction): the
-histograms' range is the largest |x| over all samples, so their values are kept until the pass ends, or,
-past KEEP_BYTES, histogrammed in a second pass instead.
+Estimators (estimators.py): minmax (largest |x|), percentile (99.99th percentile of |x|), mse (the clipping
+threshold that minimises the expected int8 quantisation error; for a tensor a max-pool reads, at least the
+level POOLED_SHARE of the calibration samples reach), entropy (KL divergence, as onnxruntime's Entropy), output
+(of minmax, percentile and the plain mse threshold, the one that disturbs the tensor's consumers' outputs
+least: range_search.py). One pass over the data records everything later steps need, per sample (its largest
+|x|, the nonzero |x| for the histograms, per-channel means for bias correction), so any subset of the samples
+gets its own ranges without running the model again (selection.py fits candidates on part of the data and
+judges them on the rest). A histogram's range is its subset's largest |x|, so the values are kept until the
+pass ends, or, past KEEP_BYTES, histogrammed in a second pass instead.
 """
 from __future__ import annotations
 
@@ -19,15 +20,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from . import range_search
-from .data import Dataset
-from .errors import UsageError
-from .ort_session import session
-from .parallel import usable_cores
+from . import estimators, range_search
+from ..data import Dataset
+from ..errors import UsageError
+from ..ort_session import session
+from ..parallel import usable_cores
+from .estimators import BINS
 
-METHODS = ("minmax", "percentile", "mse", "output")
-BINS = 2048
-PERCENTILE = 99.99
+METHODS = ("minmax", "percentile", "mse", "entropy", "output")  # per-tensor estimators
 KEEP_BYTES = 512 * 2**20  # nonzero |x| kept for the histograms; past this, a second pass histograms them
 # mse never clips a tensor that a max-pool reads below the level this share of calibration samples reach
 # (the np.quantile of the samples' largest |x|). Chosen on the MTCNN nets of scripts/bench_real_models.py,
@@ -84,28 +84,140 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
                mean_tensors: list[str] = (), threads: int | None = None, progress=None) -> Statistics:
     """Ranges of `tensors` (default: every float tensor) by `method`, and the per-channel means of `mean_tensors` (bias
     correction cancels the mean error of int8 weights with them: "axis1" for conv inputs, "last" for matmul inputs),
-    from one float pass over `data` (two when the values the histograms need exceed KEEP_BYTES).
+    from one float pass over `data` (two when the values the histograms need exceed KEEP_BYTES)."""
+    if method not in METHODS:
+        raise UsageError(f"--calib-method: unknown method '{method}' (choose from {', '.join(METHODS)})")
+    found = collect(model, data, tensors, mean_tensors, method != "minmax", threads, progress)
+    if method != "output":
+        return Statistics(found.ranges(method), found.means(), found.passes)
+    hist = found.histograms([None])[0]
+    candidates = {t: estimators.candidates(hist[t], a) if a > 0 else [0.0] for t, a in found.amax().items()}
+    samples = range_search.take_samples(data, found.sample_bytes)
+    amax = range_search.choose(model, found.sess, found.outputs, samples, candidates)
+    return Statistics(amax, found.means(), found.passes)
+
+
+Subset = "tuple[int, ...] | None"  # sample indices (None: every sample)
+
+
+@dataclass
+class Collected:
+    """One float pass over the data, kept per sample so that any subset of the samples (a held-out split's
+    fitting part) gets its own ranges and means without running the model again: each sample's largest |x|
+    and per-channel means, and, for the histogram estimators, its nonzero |x| and count of zeros (past
+    KEEP_BYTES these are dropped and a second pass histograms every requested subset at once)."""
+
+    model: onnx.ModelProto
+    data: Dataset
+    sess: object
+    outputs: list[str]
+    tensors: list[str]
+    tops: dict[str, list[float]]
+    kept: dict[str, list[np.ndarray]] | None
+    zeros: dict[str, list[int]]
+    sample_means: list[dict[str, dict[str, np.ndarray]]]
+    sample_bytes: int
+    threads: int
+    passes: int = 1
+    _hist: dict = field(default_factory=dict)
+
+    def indices(self, subset: Subset) -> list[int]:
+        return list(range(self.data.num_samples)) if subset is None else list(subset)
+
+    def amax(self, subset: Subset = None) -> dict[str, float]:
+        picks = self.indices(subset)
+        return {t: max((self.tops[t][i] for i in picks if i < len(self.tops[t])), default=0.0)
+                for t in self.tensors}
+
+    def means(self, subset: Subset = None) -> dict[str, dict[str, np.ndarray]]:
+        """Per-channel means over `subset`, summed in sample order (float64), then divided."""
+        picks = self.indices(subset)
+        sums: dict[str, dict] = {}
+        for i in picks:
+            for t, sample_means in self.sample_means[i].items():
+                entry = sums.setdefault(t, {"axis1": 0.0, "last": 0.0})
+                for k, m in sample_means.items():
+                    entry[k] = entry[k] + m
+        return {t: {k: np.asarray(s) / len(picks) for k, s in entry.items()} for t, entry in sums.items()}
+
+    def ranges(self, method: str, subset: Subset = None) -> dict[str, float]:
+        """{tensor: amax} by a histogram estimator (or minmax) over `subset`; for a tensor a max-pool reads,
+        mse never goes below the level POOLED_SHARE of the subset's samples reach."""
+        amax = self.amax(subset)
+        if method == "minmax":
+            return amax
+        hist = self.histograms([subset])[0]
+        floored = pooled_tensors(self.model) if method == "mse" else set()
+        picks = self.indices(subset)
+        return {t: (max(estimators.threshold(method, hist[t], amax[t], sum(self.zeros[t][i] for i in picks)),
+                        sample_floor([self.tops[t][i] for i in picks]) if t in floored else 0.0)
+                    if amax[t] > 0 else 0.0) for t in self.tensors}
+
+    def histograms(self, subsets: list) -> list[dict[str, np.ndarray]]:
+        """Per subset, BINS counts of |x| over [0, the subset's largest |x|] for every tensor with a nonzero
+        range; computed once per subset, all missing ones in one pass when the values were not kept."""
+        missing = [s for s in dict.fromkeys(subsets) if s not in self._hist]
+        if missing and self.kept is not None:
+            with ThreadPoolExecutor(self.threads) as pool:
+                for s in missing:
+                    amax, picks = self.amax(s), self.indices(s)
+                    positive = [t for t in self.tensors if amax[t] > 0]
+                    counts = pool.map(lambda t: _histogram([self.kept[t][i] for i in picks],
+                                                           sum(self.zeros[t][i] for i in picks), amax[t]),
+                                      positive)
+                    self._hist[s] = dict(zip(positive, counts))
+        elif missing:
+            self._hist.update(self._histograms_by_pass(missing))
+            self.passes += 1
+        return [self._hist[s] for s in subsets]
+
+    def _histograms_by_pass(self, subsets: list) -> dict:
+        """The histograms of `subsets` from one more pass over the data, one sample at a time (bounded
+        memory)."""
+        ranges = {s: self.amax(s) for s in subsets}
+        members = {s: set(self.indices(s)) for s in subsets}
+        hist = {s: {t: np.zeros(BINS, np.int64) for t in self.tensors if ranges[s][t] > 0} for s in subsets}
+
+        def counts(i: int) -> dict:
+            values = dict(zip(self.outputs, self.sess.run(self.outputs, self.data.sample(i))))
+            result = {}
+            for t in self.tensors:
+                magnitude = np.abs(values[t])
+                nonzero = magnitude[magnitude != 0]
+                for s in subsets:
+                    if i in members[s] and t in hist[s]:
+                        result[(s, t)] = _histogram([nonzero], magnitude.size - nonzero.size, ranges[s][t])
+            return result
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            for sample_counts in _in_order(pool, counts, range(self.data.num_samples), self.threads):
+                for (s, t), c in sample_counts.items():
+                    hist[s][t] += c
+        return hist
+
+
+def collect(model: onnx.ModelProto, data: Dataset, tensors: list[str] | None = None, mean_tensors: list[str] = (),
+            values: bool = True, threads: int | None = None, progress=None) -> Collected:
+    """One float pass over `data`: per sample, the largest |x| of `tensors` (default: every float tensor),
+    their nonzero |x| when `values` (the histogram estimators need them) and the per-channel means of
+    `mean_tensors`.
 
     The session computes every float tensor whichever are asked for, so the values, and the ranges, do not
     depend on `tensors` (onnxruntime fuses differently when fewer outputs are requested). `threads`
-    (default: the usable cores) run samples and histograms side by side; every sum is still taken in
-    sample order, so the result does not depend on it. `progress(done)` is called after each sample.
+    (default: the usable cores) run samples side by side; every sum is still taken in sample order, so the
+    result does not depend on it. `progress(done)` is called after each sample.
     """
-    if method not in METHODS:
-        raise UsageError(f"--calib-method: unknown method '{method}' (choose from {', '.join(METHODS)})")
     every = float_tensors(model)
     wanted = every if tensors is None else [t for t in dict.fromkeys(tensors) if t in set(every)]
     mean_tensors = list(dict.fromkeys(mean_tensors))
     outputs = list(dict.fromkeys(every + mean_tensors))
-    keep = method != "minmax"
-    kept: dict[str, list[np.ndarray]] | None = {t: [] for t in wanted} if keep else None
-    zeros = {t: 0 for t in wanted}
-    kept_bytes = 0
-    tops: dict[str, list[float]] = {t: [] for t in wanted}  # each sample's largest |x|, in sample order
-    sums: dict[str, dict] = {}
-    sample_bytes = 0
+    kept: dict[str, list[np.ndarray]] | None = {t: [] for t in wanted} if values else None
+    zeros: dict[str, list[int]] = {t: [] for t in wanted}
+    tops: dict[str, list[float]] = {t: [] for t in wanted}
+    sample_means = []
+    kept_bytes = sample_bytes = 0
     sess = session(model, outputs)
-    measure = functools.partial(_sample_stats, sess, outputs, wanted, mean_tensors, keep)
+    measure = functools.partial(_sample_stats, sess, outputs, wanted, mean_tensors, values)
     threads = _threads(threads)
     with ThreadPoolExecutor(threads) as pool:
         samples = (data.sample(i) for i in range(data.num_samples))
@@ -113,36 +225,18 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
             if progress is not None:
                 progress(done)
             sample_bytes = max(sample_bytes, sample["bytes"])
-            for t, (top, nonzero, zero_count) in sample["ranges"].items():
+            for t in wanted:
+                top, nonzero, zero_count = sample["ranges"].get(t, (0.0, np.zeros(0, np.float32), 0))
                 tops[t].append(top)
+                zeros[t].append(zero_count)
                 if kept is not None:
-                    zeros[t] += zero_count
                     kept[t].append(nonzero)
                     kept_bytes += nonzero.nbytes
                     if kept_bytes > KEEP_BYTES:
                         kept = None  # too much to hold: histograms come from a second pass
-            for t, sample_means in sample["means"].items():
-                entry = sums.setdefault(t, {"axis1": 0.0, "last": 0.0})
-                for k, m in sample_means.items():
-                    entry[k] = entry[k] + m
-        means = {t: {k: np.asarray(s) / data.num_samples for k, s in entry.items()} for t, entry in sums.items()}
-        amax = {t: max(tops[t], default=0.0) for t in wanted}
-        if not keep:
-            return Statistics(amax, means)
-        positive = [t for t in wanted if amax[t] > 0]
-        if kept is not None:
-            counts = pool.map(lambda t: _histogram(kept[t], zeros[t], amax[t]), positive)
-            hist, passes = dict(zip(positive, counts)), 1
-        else:
-            hist, passes = _histograms_by_pass(pool, threads, sess, outputs, data, positive, amax), 2
-    if method == "output":
-        candidates = {t: _candidates(hist[t], amax[t]) if amax[t] > 0 else [0.0] for t in wanted}
-        samples = range_search.take_samples(data, sample_bytes)
-        return Statistics(range_search.choose(model, sess, outputs, samples, candidates), means, passes)
-    pick = _percentile if method == "percentile" else _mse
-    floored = pooled_tensors(model) if method == "mse" else set()
-    return Statistics({t: (max(pick(hist[t], amax[t]), sample_floor(tops[t]) if t in floored else 0.0)
-                           if amax[t] > 0 else 0.0) for t in wanted}, means, passes)
+            sample_means.append(sample["means"])
+    return Collected(model, data, sess, outputs, wanted, tops, kept if values else None, zeros, sample_means,
+                     sample_bytes, threads)
 
 
 def pooled_tensors(model: onnx.ModelProto) -> set[str]:
@@ -177,14 +271,6 @@ def pooled_tensors(model: onnx.ModelProto) -> set[str]:
 def sample_floor(tops: list[float]) -> float:
     """The level POOLED_SHARE of the samples reach: np.quantile (linear) of each sample's largest |x|."""
     return float(np.quantile(np.asarray(tops, np.float64), POOLED_SHARE)) if tops else 0.0
-
-
-def _candidates(hist: np.ndarray, amax: float) -> list[float]:
-    """The output-aware search's thresholds: mse's first (kept when nothing is better), the percentile,
-    and the largest |x|. (With three more, geometric steps from mse's to the largest |x|, MTCNN O-Net fell
-    from 31.0 to 27.4 dB on the real-model benchmark for +0.5 dB on digits v2: choices each right for their
-    consumers alone added up worse.)"""
-    return [_mse(hist, amax), _percentile(hist, amax), amax]
 
 
 def _threads(threads: int | None) -> int:
@@ -229,49 +315,6 @@ def _histogram(chunks: list[np.ndarray], zeros: int, amax: float) -> np.ndarray:
             hist += np.histogram(chunk, bins=BINS, range=(0.0, amax))[0]
     hist[0] += zeros
     return hist
-
-
-def _histograms_by_pass(pool, threads: int, sess, outputs: list[str], data: Dataset, tensors: list[str],
-                        amax: dict[str, float]) -> dict[str, np.ndarray]:
-    """The histograms from a second pass over the data, one sample at a time (bounded memory)."""
-    hist = {t: np.zeros(BINS, np.int64) for t in tensors}
-
-    def counts(sample: dict) -> dict:
-        values = dict(zip(outputs, sess.run(outputs, sample)))
-        result = {}
-        for t in tensors:
-            magnitude = np.abs(values[t])
-            nonzero = magnitude[magnitude != 0]
-            result[t] = _histogram([nonzero], magnitude.size - nonzero.size, amax[t])
-        return result
-
-    for sample_counts in _in_order(pool, counts, (data.sample(i) for i in range(data.num_samples)), threads):
-        for t, c in sample_counts.items():
-            hist[t] += c
-    return hist
-
-
-def _percentile(hist: np.ndarray, amax: float) -> float:
-    cdf = np.cumsum(hist) / max(hist.sum(), 1)
-    idx = int(np.searchsorted(cdf, PERCENTILE / 100.0))
-    return amax * min(idx + 1, BINS) / BINS
-
-
-def _mse(hist: np.ndarray, amax: float) -> float:
-    """Threshold among 128 candidates minimising clipping + rounding error of the histogram.
-
-    The bins inside a threshold are a prefix (the centers increase), so slices replace boolean masks:
-    the same values summed in the same order, the same result, several times faster."""
-    centers = (np.arange(BINS) + 0.5) * amax / BINS
-    best, best_err = amax, np.inf
-    for k in range(1, 129):
-        t = amax * k / 128
-        step = t / 127
-        m = int(np.searchsorted(centers, t, side="right"))  # centers[:m] <= t < centers[m:]
-        err = np.sum(hist[:m]) * step * step / 12 + np.sum(hist[m:] * (centers[m:] - t) ** 2)
-        if err < best_err:
-            best, best_err = t, err
-    return best
 
 
 def _sample_means(v: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,0 +1,123 @@
+"""The default calibration ("auto"): whole-model candidates judged at the model outputs on held-out samples.
+
+Why: a per-tensor estimator is right by its own measure (mse: the tensor's own error) and can still cost the
+model its accuracy: a clip that looks right for one tensor costs 6 dB at a detector's sigmoid map, and a
+method chosen on one benchmark's models loses 3-6 dB on models it never saw. So the compile fits each
+candidate (every tensor's range by one estimator: mse, minmax, entropy, percentile) on part of the
+calibration samples, quantizes the whole model with it, runs the compiled arithmetic (the QDQ golden in
+onnxruntime, which the int8 code matches bit for bit) on the samples it did not fit on, and keeps the
+candidate with the best output SQNR against the float model. The chosen estimator is then fitted on every
+sample. With SPLIT_SAMPLES or more samples, every HOLD_EVERY-th sample is held out; with fewer, k-fold
+(k = min(n, FOLDS)): each sample is held out once. A single sample cannot be split: the first candidate.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ModelError
+from ..golden import build_qdq
+from ..graph import Graph
+from ..ort_session import session
+from .calibrate import METHODS as ESTIMATORS
+from .calibrate import Collected
+
+AUTO = "auto"
+METHODS = (AUTO,) + ESTIMATORS  # what --calib-method takes
+CANDIDATES = ("mse", "minmax", "entropy", "percentile")  # preferred first: ties keep the earlier one
+SPLIT_SAMPLES = 16
+HOLD_EVERY = 4
+FOLDS = 4
+EXACT_DB = 200.0  # an output the candidate reproduces exactly counts as this SQNR
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The chosen candidate and every candidate's held-out output SQNR (mean over the float outputs, dB)."""
+
+    chosen: str
+    scores: dict[str, float | None] = field(default_factory=dict)  # None: onnxruntime could not run it
+    heldout_samples: int = 0
+    folds: int = 0
+
+    @property
+    def margin_db(self) -> float | None:
+        """The chosen candidate's lead over the best other one."""
+        others = [v for k, v in self.scores.items() if k != self.chosen and v is not None]
+        mine = self.scores.get(self.chosen)
+        return None if mine is None or not others else round(mine - max(others), 2)
+
+    def report(self) -> dict:
+        """report.json's `calibration` (CONTRACTS.md)."""
+        return {"chosen": self.chosen, "margin_db": self.margin_db, "heldout_samples": self.heldout_samples,
+                "folds": self.folds,
+                "candidates": [{"name": k, "heldout_sqnr_db": None if v is None else round(v, 2)}
+                               for k, v in self.scores.items()]}
+
+
+def forced(method: str) -> dict:
+    """report.json's `calibration` when --calib-method names the estimator (nothing held out)."""
+    return {"chosen": method, "margin_db": None, "heldout_samples": 0, "folds": 0, "candidates": []}
+
+
+def folds(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(fit, held-out) sample indices: one interleaved split from SPLIT_SAMPLES samples on (sorted or
+    grouped data stays balanced), k-fold below, nothing for a single sample."""
+    if n < 2:
+        return []
+    every = np.arange(n)
+    if n >= SPLIT_SAMPLES:
+        held = every % HOLD_EVERY == HOLD_EVERY - 1
+        return [(tuple(every[~held].tolist()), tuple(every[held].tolist()))]
+    k = min(n, FOLDS)
+    return [(tuple(every[every % k != f].tolist()), tuple(every[every % k == f].tolist())) for f in range(k)]
+
+
+def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | None = None) -> Choice:
+    """The candidate whose whole-model quantization, fitted on each fold's fitting samples, gives the best
+    output SQNR on its held-out samples. `table(amax, means, method)` builds the QuantTable of a set of
+    ranges (the compile's own options: weight scales, bias correction)."""
+    candidates = CANDIDATES if candidates is None else candidates
+    splits = folds(found.data.num_samples)
+    outputs = [o.name for o in graph.outputs if o.name in set(found.tensors)]
+    if not splits or not outputs:
+        return Choice(candidates[0], {}, 0, 0)
+    signal = {o: 0.0 for o in outputs}
+    noise = {c: {o: 0.0 for o in outputs} for c in candidates}
+    failed: set[str] = set()
+    found.histograms([fit for fit, _ in splits])  # every fold's histograms in one go (one pass if not kept)
+    for fit, held in splits:
+        samples = [found.data.sample(i) for i in held]
+        reference = [dict(zip(outputs, found.sess.run(outputs, s))) for s in samples]
+        for ref in reference:
+            for o in outputs:
+                signal[o] += float(np.sum(np.square(ref[o], dtype=np.float64)))
+        means = found.means(fit)
+        for c in candidates:
+            if c in failed:
+                continue
+            try:
+                sess = session(build_qdq(graph, table(found.ranges(c, fit), means, c)))
+            except ModelError:
+                failed.add(c)
+                continue
+            for s, ref in zip(samples, reference):
+                got = dict(zip(outputs, sess.run(outputs, s)))
+                for o in outputs:
+                    diff = got[o].astype(np.float64) - ref[o]
+                    noise[c][o] += float(np.sum(diff * diff))
+    scores = {c: None if c in failed else float(np.mean([_db(signal[o], noise[c][o]) for o in outputs]))
+              for c in candidates}
+    ranked = [c for c in candidates if scores[c] is not None]
+    chosen = max(ranked, key=lambda c: scores[c]) if ranked else candidates[0]  # max keeps the first of ties
+    return Choice(chosen, scores, sum(len(h) for _, h in splits), len(splits))
+
+
+def _db(signal: float, noise: float) -> float:
+    if noise <= 0:
+        return EXACT_DB
+    if signal <= 0:
+        return -EXACT_DB
+    return min(EXACT_DB, 10.0 * math.log10(signal / noise))

@@ -1,0 +1,219 @@
+"""The default calibration (quant/selection.py): whole-model candidates judged at the model outputs on samples
+they were not fitted on, and the estimators it chooses among."""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import onnx2gemmini as o2g
+from onnx2gemmini.data import Dataset
+from onnx2gemmini.golden import build_float
+from onnx2gemmini.metrics import sqnr_db
+from onnx2gemmini.ort_session import session
+from onnx2gemmini.quant import estimators, selection
+from onnx2gemmini.quant.calibrate import collect, statistics
+from tests.helpers import make_model
+
+C, H = 16, 64
+
+
+def sparse_map_model():
+    """A DB-style text map: 16 feature channels share one int8 scale; channel 0 is almost all zero with one
+    large peak per sample (25..35), the other 15 a Laplace(1) bulk; the head reads channel 0 alone into a
+    sigmoid map. mse, weighing every value of the shared tensor alike, clips the rare peaks (to about 22),
+    which moves the map at exactly the pixels that carry its energy."""
+    head = np.zeros((1, C, 1, 1), np.float32)
+    head[0, 0] = 0.25
+    nodes = [o2g_node("Conv", ["x", "w1"], ["f"], "features"), o2g_node("Conv", ["f", "w2", "b2"], ["logit"], "head"),
+             o2g_node("Sigmoid", ["logit"], ["map"], "sigmoid")]
+    return make_model(nodes, {"x": [1, C, H, H]}, {"map": [1, 1, H, H]},
+                      {"w1": np.eye(C, dtype=np.float32).reshape(C, C, 1, 1), "w2": head,
+                       "b2": np.array([-5.0], np.float32)})
+
+
+def o2g_node(op, inputs, outputs, name):
+    from onnx import helper
+    return helper.make_node(op, inputs, outputs, name=name)
+
+
+def sparse_map_data(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.laplace(0.0, 1.0, (n, C, H, H)).astype(np.float32)
+    x[:, 0] = 0.0
+    for i in range(n):
+        x[i, 0, rng.integers(0, H), rng.integers(0, H)] = rng.uniform(25.0, 35.0)
+    return x
+
+
+def output_sqnr(compiled, model, data: np.ndarray) -> float:
+    """The compiled model's (bit-exact emulator) output SQNR against onnxruntime's float run of `model`."""
+    sess = session(model)
+    ref = np.concatenate([sess.run(None, {"x": data[i:i + 1]})[0] for i in range(len(data))])
+    got = np.concatenate([compiled.run({"x": data[i:i + 1]})["map"] for i in range(len(data))])
+    return sqnr_db(ref, got)
+
+
+def test_the_default_keeps_the_peaks_that_mse_clips(monkeypatch):
+    """Judged on evaluation data it never saw, the default beats forced mse by 10 dB or more on a model where
+    mse's clip costs the output; with the guard switched off (mse the only candidate) the same check fails."""
+    model, calib, evaluation = sparse_map_model(), sparse_map_data(32, 0), sparse_map_data(32, 1)
+    forced = o2g.compile(model, calib={"x": calib}, calib_method="mse")
+    default = o2g.compile(model, calib={"x": calib})
+    mse_db, default_db = output_sqnr(forced, model, evaluation), output_sqnr(default, model, evaluation)
+    assert forced.quant.amax["f"] < 0.8 * float(np.abs(calib).max())  # mse really clips the peaks
+    assert default.calibration["chosen"] != "mse"
+    assert default.calibration["margin_db"] > 0
+    assert default_db >= mse_db + 10.0, (default_db, mse_db)
+
+    monkeypatch.setattr(selection, "CANDIDATES", ("mse",))  # negative control: no candidates to choose from
+    guardless = o2g.compile(model, calib={"x": calib})
+    assert guardless.calibration["chosen"] == "mse"
+    assert not output_sqnr(guardless, model, evaluation) >= mse_db + 10.0
+
+
+def test_the_report_names_the_choice_and_every_candidate(tmp_path):
+    model, calib = sparse_map_model(), sparse_map_data(20, 0)
+    compiled = o2g.compile(model, calib={"x": calib})
+    out = compiled.write(tmp_path / "out")
+    report = json.loads((out / "report.json").read_text())
+    cal = report["calibration"]
+    assert set(cal) >= {"chosen", "candidates", "heldout_samples", "margin_db", "folds"}
+    assert [c["name"] for c in cal["candidates"]] == list(selection.CANDIDATES)
+    assert cal["heldout_samples"] == 5 and cal["folds"] == 1  # every 4th of 20
+    best = max(cal["candidates"], key=lambda c: c["heldout_sqnr_db"])
+    assert cal["chosen"] == best["name"] == report["quantization"]["method"]
+    assert f"{cal['chosen']} chosen by output SQNR on 5 held-out" in (out / "report.md").read_text()
+    assert "range estimator:" in (out / "report.html").read_text()
+
+    forced = o2g.compile(model, calib={"x": calib}, calib_method="percentile").write(tmp_path / "forced")
+    cal = json.loads((forced / "report.json").read_text())["calibration"]
+    assert cal == {"chosen": "percentile", "margin_db": None, "heldout_samples": 0, "folds": 0, "candidates": []}
+
+
+def test_the_final_ranges_are_the_chosen_estimator_on_every_sample():
+    """After choosing, the chosen estimator is fitted on all the calibration samples: the same table as
+    forcing it."""
+    model, calib = sparse_map_model(), sparse_map_data(16, 3)
+    default = o2g.compile(model, calib={"x": calib})
+    forced = o2g.compile(model, calib={"x": calib}, calib_method=default.calibration["chosen"])
+    assert default.quant.amax == forced.quant.amax
+    assert default.quant.scales == forced.quant.scales
+
+
+def test_a_single_sample_cannot_be_split():
+    model = sparse_map_model()
+    compiled = o2g.compile(model, calib={"x": sparse_map_data(1, 0)})
+    assert compiled.calibration["chosen"] == selection.CANDIDATES[0]
+    assert compiled.calibration["heldout_samples"] == 0 and compiled.calibration["candidates"] == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=300))
+def test_folds_hold_every_sample_out_at_most_once_and_never_fit_on_it(n):
+    splits = selection.folds(n)
+    if n < 2:
+        assert splits == []
+        return
+    held = [i for _, h in splits for i in h]
+    assert len(held) == len(set(held))
+    for fit, h in splits:
+        assert fit and h and not set(fit) & set(h) and sorted(fit + h) == list(range(n))
+    if n < selection.SPLIT_SAMPLES:
+        assert sorted(held) == list(range(n))  # k-fold: each sample judged once
+    else:
+        assert len(splits) == 1 and len(held) == n // selection.HOLD_EVERY
+
+
+@pytest.mark.parametrize("method", ["minmax", "mse", "percentile", "entropy"])
+def test_a_folds_ranges_are_those_of_its_samples_alone(method):
+    """The held-out samples never reach a candidate's ranges or means: a subset's figures from the one pass
+    equal a separate calibration on that subset's data."""
+    from tests.test_calibrate import conv_data, conv_model
+    model, data = conv_model(), conv_data()
+    found = collect(model, data, mean_tensors=["ar"])
+    fit = tuple(i for i in range(data.num_samples) if i % 3)
+    alone = Dataset({k: v[list(fit)] for k, v in data.inputs.items()}, None, "fit")
+    expected = statistics(model, alone, method, mean_tensors=["ar"])
+    assert found.ranges(method, fit) == expected.amax
+    means = found.means(fit)
+    for t, entry in expected.means.items():
+        for k, v in entry.items():
+            np.testing.assert_allclose(means[t][k], v, rtol=1e-12)
+
+
+def test_the_second_pass_gives_every_fold_the_same_histograms(monkeypatch):
+    from onnx2gemmini.quant import calibrate as cal
+    from tests.test_calibrate import conv_data, conv_model
+    model, data = conv_model(), conv_data()
+    subsets = [fit for fit, _ in selection.folds(data.num_samples)] + [None]
+    kept = collect(model, data).histograms(subsets)
+    monkeypatch.setattr(cal, "KEEP_BYTES", 0)
+    passed = collect(model, data)
+    assert passed.kept is None
+    again = passed.histograms(subsets)
+    assert passed.passes == 2
+    for a, b in zip(kept, again):
+        assert a.keys() == b.keys() and all(np.array_equal(a[t], b[t]) for t in a)
+
+
+# ------------------------------------------------------------------------------------------ entropy
+
+
+def _hist(x: np.ndarray):
+    amax = float(np.abs(x).max())
+    return np.histogram(np.abs(x), estimators.BINS, (0.0, amax))[0], amax, int(np.count_nonzero(x == 0))
+
+
+def test_entropy_keeps_a_uniform_range_and_clips_far_outliers():
+    rng = np.random.default_rng(0)
+    hist, amax, _ = _hist(rng.uniform(-1, 1, 100_000))
+    assert estimators.entropy(hist, amax) == pytest.approx(amax, rel=0.01)
+    hist, amax, _ = _hist(np.concatenate([rng.normal(size=100_000), [60.0, -55.0]]))
+    assert 3.0 < estimators.entropy(hist, amax) < 0.25 * amax
+
+
+def test_entropy_ignores_exact_zeros():
+    """A ReLU's zeros are exact at any range: its threshold is that of its positive half alone."""
+    rng = np.random.default_rng(1)
+    half = np.abs(rng.normal(size=100_000))
+    relu = np.concatenate([half, np.zeros(100_000)])
+    h1, a1, z1 = _hist(half)
+    h2, a2, z2 = _hist(relu)
+    assert z2 == 100_000 and a1 == a2
+    assert estimators.entropy(h2, a2, z2) == estimators.entropy(h1, a1, z1)
+    assert estimators.entropy(h2, a2) < 0.6 * estimators.entropy(h2, a2, z2)  # the spike would pull it down
+
+
+@pytest.mark.parametrize("draw", ["normal", "laplace", "t5"])
+def test_entropy_is_near_onnxruntimes(draw):
+    """onnxruntime's Entropy calibrator on the signed values (2048 bins, 128 quantized bins; it quantizes to
+    64 levels a side where we use 128, so it clips somewhat more): within 25% of ours."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+    rng = np.random.default_rng(2)
+    x = {"normal": lambda: rng.normal(size=200_000), "laplace": lambda: rng.laplace(size=200_000),
+         "t5": lambda: rng.standard_t(5, size=200_000)}[draw]().astype(np.float32)
+    hist, amax, zeros = _hist(x)
+    collector = HistogramCollector("entropy", symmetric=True, num_bins=2048, num_quantized_bins=128,
+                                   percentile=99.99, scenario="same")
+    logging.disable(logging.INFO)
+    try:
+        collector.collect({"t": x})
+        theirs = float(collector.compute_collection_result()["t"][1])
+    finally:
+        logging.disable(logging.NOTSET)
+    assert estimators.entropy(hist, amax, zeros) == pytest.approx(theirs, rel=0.25)
+
+
+def test_the_float_reference_is_the_rewritten_graphs():
+    """selection judges against build_float(graph): the float model calibration runs, which diff checks
+    against the original (test_diff_original.py); here, that its outputs are those of the user's model."""
+    model, data = sparse_map_model(), sparse_map_data(2, 5)
+    compiled = o2g.compile(model, calib={"x": data})
+    a = session(build_float(compiled.graph)).run(None, {"x": data[:1]})[0]
+    b = session(model).run(None, {"x": data[:1]})[0]
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
