@@ -35,7 +35,8 @@ EXACT_DB = 200.0  # an output the candidate reproduces exactly counts as this SQ
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen candidate and every candidate's held-out output SQNR (mean over the float outputs, dB)."""
+    """The chosen candidate and every candidate's held-out output SQNR (dB; the mean over the float outputs,
+    and over the parts of an output a Concat joins: `parts`)."""
 
     chosen: str
     scores: dict[str, float | None] = field(default_factory=dict)  # None: onnxruntime could not run it
@@ -84,16 +85,17 @@ def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | 
     outputs = [o.name for o in graph.outputs if o.name in set(found.tensors)]
     if not splits or not outputs:
         return Choice(candidates[0], {}, 0, 0)
-    signal = {o: 0.0 for o in outputs}
-    noise = {c: {o: 0.0 for o in outputs} for c in candidates}
+    units = [(o, part) for o in outputs for part in parts(graph, o)]
+    signal = {u: 0.0 for u in range(len(units))}
+    noise = {c: {u: 0.0 for u in range(len(units))} for c in candidates}
     failed: set[str] = set()
     found.histograms([fit for fit, _ in splits])  # every fold's histograms in one go (one pass if not kept)
     for fit, held in splits:
         samples = [found.data.sample(i) for i in held]
         reference = [dict(zip(outputs, found.sess.run(outputs, s))) for s in samples]
         for ref in reference:
-            for o in outputs:
-                signal[o] += float(np.sum(np.square(ref[o], dtype=np.float64)))
+            for u, (o, part) in enumerate(units):
+                signal[u] += float(np.sum(np.square(ref[o][part], dtype=np.float64)))
         means = found.means(fit)
         for c in candidates:
             if c in failed:
@@ -105,14 +107,32 @@ def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | 
                 continue
             for s, ref in zip(samples, reference):
                 got = dict(zip(outputs, sess.run(outputs, s)))
-                for o in outputs:
-                    diff = got[o].astype(np.float64) - ref[o]
-                    noise[c][o] += float(np.sum(diff * diff))
-    scores = {c: None if c in failed else float(np.mean([_db(signal[o], noise[c][o]) for o in outputs]))
+                for u, (o, part) in enumerate(units):
+                    diff = got[o][part].astype(np.float64) - ref[o][part]
+                    noise[c][u] += float(np.sum(diff * diff))
+    scores = {c: None if c in failed else float(np.mean([_db(signal[u], noise[c][u]) for u in signal]))
               for c in candidates}
     ranked = [c for c in candidates if scores[c] is not None]
     chosen = max(ranked, key=lambda c: scores[c]) if ranked else candidates[0]  # max keeps the first of ties
     return Choice(chosen, scores, sum(len(h) for _, h in splits), len(splits))
+
+
+def parts(graph: Graph, output: str) -> list[tuple]:
+    """The index tuples of an output's parts that are judged apart: each input's extent along the axis of
+    a Concat that makes the output (a detector's boxes in pixels and its class scores in 0..1: one SQNR
+    over both would see only the boxes), else the whole output."""
+    node = next((n for n in graph.nodes if output in n.outputs), None)
+    if node is None or node.op_type != "Concat" or output not in graph.shapes:
+        return [(...,)]
+    rank = len(graph.shapes[output])
+    axis = node.attrs["axis"] % rank
+    found, start = [], 0
+    for name in (i for i in node.inputs if i):
+        stop = start + graph.shapes[name][axis]
+        if stop > start:
+            found.append((slice(None),) * axis + (slice(start, stop),))
+        start = stop
+    return found or [(...,)]
 
 
 def _db(signal: float, noise: float) -> float:
