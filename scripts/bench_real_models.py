@@ -778,7 +778,7 @@ def ours(label: str, layers: bool = False, **changes) -> dict:
     return {"kind": "ours", "label": label, "options": {**DEFAULT, **changes}, "layers": layers}
 
 
-DEFAULT_LABEL = "default (auto: held-out best of mse/minmax/entropy/percentile; CLE, bias corr., sorted weights)"
+DEFAULT_LABEL = "default (auto: held-out best estimator; CLE, bias corr.)"
 
 
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")  # every run: onnxruntime's rows are cheap next to ours
