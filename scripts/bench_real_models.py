@@ -1046,6 +1046,8 @@ def bench_model(model: Model, args, tmp: str) -> dict:
         seed = zlib.crc32(model.key.encode()) % 1_000_000 + 10 * args.seed  # per model, whatever the model list
         calib, _ = model.data(n_calib, seed, "calib")
         x_eval, meta = model.data(n_eval, seed + 1, "eval")
+    if args.calib_samples:
+        calib = calib[:args.calib_samples]
     fp32 = run_ort(model.path(), model.input, x_eval)
     entry.update(status="ok", calib_samples=len(calib), eval_samples=len(x_eval),
                  fp32=fp32_figure(model.key, fp32, meta),
@@ -1306,8 +1308,10 @@ def margin_text(entry: dict) -> str:
     return fmt(default_margin(entry)) + interval_text(margin_interval(entry))
 
 
-def readme_header(quick: bool, source: str, ort_version: str, seed: int, cpu: str | None = None) -> str:
-    return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''} --readme README.md` "
+def readme_header(quick: bool, source: str, ort_version: str, seed: int, cpu: str | None = None,
+                  calib_samples: int | None = None) -> str:
+    few = f" --calib-samples {calib_samples}" if calib_samples else ""
+    return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''}{few} --readme README.md` "
             f"(onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}"
             f"{f', CPU {cpu}' if cpu else ''}). onnxruntime's rows run its int8 kernels exactly (the golden's "
             "session settings); where its default session gives another figure on this CPU (x86 without VNNI "
@@ -1394,6 +1398,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="another draw of the generated data (default 0; the digits nets keep theirs), to see how much the "
                              "figures move with the data")
+    parser.add_argument("--calib-samples", type=int, default=None, metavar="N",
+                        help="calibrate on the first N calibration samples only (the few-samples regime; default: "
+                             "all the run's)")
     parser.add_argument("--det-size", type=int, default=DET,
                         help=f"side of the PP-OCR detector's square input, a multiple of 32 (default {DET}; rapidocr "
                              "itself scales the short side to 736)")
@@ -1409,7 +1416,8 @@ def main() -> None:
         summary(results)
         if args.readme:
             write_readme(args.readme, markdown_summary(results, readme_header(
-                settings["quick"], env["source"], env["onnxruntime"], settings["seed"], env.get("cpu"))))
+                settings["quick"], env["source"], env["onnxruntime"], settings["seed"], env.get("cpu"),
+                settings.get("calib_samples"))))
         return
     if args.det_size % 32 or args.det_size < 64:
         parser.error("--det-size: a multiple of 32, at least 64")
@@ -1444,7 +1452,7 @@ def main() -> None:
     summary(results)
     if args.readme:
         write_readme(args.readme, markdown_summary(results, readme_header(args.quick, source, ort.__version__,
-                                                                          args.seed, golden.cpu)))
+                                                                          args.seed, golden.cpu, args.calib_samples)))
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
@@ -1463,6 +1471,7 @@ def main() -> None:
     print(f"\n({total:.0f} s in all)")
     if args.json:
         doc = {"settings": {"quick": args.quick, "seed": args.seed, "jobs": args.jobs,
+                            "calib_samples": args.calib_samples,
                             "layer_samples": args.layer_samples,
                             "det_size": args.det_size,
                             "configurations": configurations(args.quick)},

@@ -90,10 +90,10 @@ def test_the_report_names_the_choice_and_every_candidate(tmp_path):
     cal = report["calibration"]
     assert set(cal) >= {"chosen", "candidates", "heldout_samples", "margin_db", "folds"}
     assert [c["name"] for c in cal["candidates"]] == list(selection.CANDIDATES)
-    assert cal["heldout_samples"] == 5 and cal["folds"] == 1  # every 4th of 20
+    assert cal["heldout_samples"] == 20 and cal["folds"] == 4  # each of the 20 judged once
     best = max(cal["candidates"], key=lambda c: c["heldout_sqnr_db"])
     assert cal["chosen"] == best["name"] == report["quantization"]["method"]
-    assert f"{cal['chosen']} chosen by output SQNR on 5 held-out" in (out / "report.md").read_text()
+    assert f"{cal['chosen']} chosen by output SQNR on 20 held-out" in (out / "report.md").read_text()
     assert "range estimator:" in (out / "report.html").read_text()
 
     forced = o2g.compile(model, calib={"x": calib}, calib_method="percentile").write(tmp_path / "forced")
@@ -120,34 +120,43 @@ def test_a_single_sample_cannot_be_split():
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=0, max_value=300))
-def test_folds_hold_every_sample_out_at_most_once_and_never_fit_on_it(n):
+def test_folds_judge_every_sample_at_most_once_and_never_fit_on_it(n):
     splits = selection.folds(n)
     if n < 2:
         assert splits == []
         return
     held = [i for _, h in splits for i in h]
-    assert len(held) == len(set(held))
+    assert len(held) == len(set(held)) == min(n, selection.MAX_HELDOUT)
+    assert len(splits) == min(n, selection.FOLDS)
     for fit, h in splits:
         assert fit and h and not set(fit) & set(h) and sorted(fit + h) == list(range(n))
-    if n < selection.SPLIT_SAMPLES:
-        assert sorted(held) == list(range(n))  # k-fold: each sample judged once
-    else:
-        assert len(splits) == 1 and len(held) == n // selection.HOLD_EVERY
 
 
 @pytest.mark.parametrize("method", ["minmax", "mse", "percentile", "entropy"])
-def test_a_folds_ranges_are_those_of_its_samples_alone(method):
-    """The held-out samples never reach a candidate's ranges or means: a subset's figures from the one pass
-    equal a separate calibration on that subset's data."""
-    from tests.test_calibrate import conv_data, conv_model
+def test_a_folds_ranges_come_from_its_samples_alone(method):
+    """The held-out samples never reach a candidate's counts, largest values or means: a fold's ranges are
+    the estimator on a plain np.histogram of the fitting samples' |x| alone (over the one range every subset
+    shares, the largest |x| of all samples), capped at their own largest |x|; its means, theirs."""
+    from tests.test_calibrate import conv_data, conv_model, run_float
     model, data = conv_model(), conv_data()
     found = collect(model, data, mean_tensors=["ar"])
     fit = tuple(i for i in range(data.num_samples) if i % 3)
     alone = Dataset({k: v[list(fit)] for k, v in data.inputs.items()}, None, "fit")
-    expected = statistics(model, alone, method, mean_tensors=["ar"])
-    assert found.ranges(method, fit) == expected.amax
+    values = {t: [v[t] for v in run_float(model, alone, found.tensors)] for t in found.tensors}
+    edge = found.amax(None)
+    got = found.ranges(method, fit)
+    for t, chunks in values.items():
+        top = max(float(np.max(np.abs(v))) for v in chunks)
+        if method == "minmax":
+            assert got[t] == top
+            continue
+        everything = np.abs(np.concatenate([v.ravel() for v in chunks]))
+        hist = np.histogram(everything, estimators.BINS, (0.0, edge[t]))[0]
+        zeros = int(np.count_nonzero(everything == 0))
+        assert got[t] == min(estimators.threshold(method, hist, edge[t], zeros), top)
+    expected = statistics(model, alone, "minmax", mean_tensors=["ar"]).means
     means = found.means(fit)
-    for t, entry in expected.means.items():
+    for t, entry in expected.items():
         for k, v in entry.items():
             np.testing.assert_allclose(means[t][k], v, rtol=1e-12)
 

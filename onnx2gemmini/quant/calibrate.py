@@ -141,58 +141,73 @@ class Collected:
         return {t: {k: np.asarray(s) / len(picks) for k, s in entry.items()} for t, entry in sums.items()}
 
     def ranges(self, method: str, subset: Subset = None) -> dict[str, float]:
-        """{tensor: amax} by a histogram estimator (or minmax) over `subset`; for a tensor a max-pool reads,
-        mse never goes below the level POOLED_SHARE of the subset's samples reach."""
+        """{tensor: amax} by a histogram estimator (or minmax) over `subset`, never past the subset's largest
+        |x|; for a tensor a max-pool reads, mse never goes below the level POOLED_SHARE of the subset's
+        samples reach."""
         amax = self.amax(subset)
         if method == "minmax":
             return amax
         hist = self.histograms([subset])[0]
+        edge = self.amax(None)
         floored = pooled_tensors(self.model) if method == "mse" else set()
         picks = self.indices(subset)
-        return {t: (max(estimators.threshold(method, hist[t], amax[t], sum(self.zeros[t][i] for i in picks)),
+        return {t: (max(min(estimators.threshold(method, hist[t], edge[t], sum(self.zeros[t][i] for i in picks)),
+                            amax[t]),
                         sample_floor([self.tops[t][i] for i in picks]) if t in floored else 0.0)
                     if amax[t] > 0 else 0.0) for t in self.tensors}
 
     def histograms(self, subsets: list) -> list[dict[str, np.ndarray]]:
-        """Per subset, BINS counts of |x| over [0, the subset's largest |x|] for every tensor with a nonzero
-        range; computed once per subset, all missing ones in one pass when the values were not kept."""
+        """Per subset, BINS counts of its samples' |x| over [0, the largest |x| of every sample] for every
+        tensor with a nonzero range. One range for all subsets, so the samples are histogrammed once, in the
+        groups the subsets cut them into, and each subset sums its groups (held-out samples thereby set the bin
+        width a fold's estimators see, never their counts). Computed once per subset; when the values were not
+        kept, in one more pass."""
         missing = [s for s in dict.fromkeys(subsets) if s not in self._hist]
-        if missing and self.kept is not None:
-            with ThreadPoolExecutor(self.threads) as pool:
-                for s in missing:
-                    amax, picks = self.amax(s), self.indices(s)
-                    positive = [t for t in self.tensors if amax[t] > 0]
-                    counts = pool.map(lambda t: _histogram([self.kept[t][i] for i in picks],
-                                                           sum(self.zeros[t][i] for i in picks), amax[t]),
-                                      positive)
-                    self._hist[s] = dict(zip(positive, counts))
-        elif missing:
-            self._hist.update(self._histograms_by_pass(missing))
-            self.passes += 1
+        if missing:
+            members = [set(self.indices(s)) for s in missing]
+            groups: dict[tuple, list[int]] = {}
+            for i in range(self.data.num_samples):
+                key = tuple(i in m for m in members)
+                if any(key):
+                    groups.setdefault(key, []).append(i)
+            keys = list(groups)
+            counted = self._group_histograms([groups[k] for k in keys])
+            positive = [t for t, a in self.amax(None).items() if a > 0]
+            for n, s in enumerate(missing):
+                inside = [g for g, k in enumerate(keys) if k[n]]
+                self._hist[s] = {t: sum((counted[g][t] for g in inside), np.zeros(BINS, np.int64)) for t in positive}
         return [self._hist[s] for s in subsets]
 
-    def _histograms_by_pass(self, subsets: list) -> dict:
-        """The histograms of `subsets` from one more pass over the data, one sample at a time (bounded
-        memory)."""
-        ranges = {s: self.amax(s) for s in subsets}
-        members = {s: set(self.indices(s)) for s in subsets}
-        hist = {s: {t: np.zeros(BINS, np.int64) for t in self.tensors if ranges[s][t] > 0} for s in subsets}
+    def _group_histograms(self, groups: list[list[int]]) -> list[dict[str, np.ndarray]]:
+        """Per group of samples, each tensor's BINS counts of |x| over [0, its largest |x| over all samples]:
+        from the kept values, or from one more pass over the data, a sample at a time (bounded memory)."""
+        edge = self.amax(None)
+        positive = [t for t in self.tensors if edge[t] > 0]
+        if self.kept is not None:
+            def per_tensor(t: str) -> list[np.ndarray]:
+                return [_histogram([self.kept[t][i] for i in g], sum(self.zeros[t][i] for i in g), edge[t])
+                        for g in groups]
+            with ThreadPoolExecutor(self.threads) as pool:
+                by_tensor = dict(zip(positive, pool.map(per_tensor, positive)))
+            return [{t: by_tensor[t][g] for t in positive} for g in range(len(groups))]
+        group_of = {i: g for g, members in enumerate(groups) for i in members}
+        hist = [{t: np.zeros(BINS, np.int64) for t in positive} for _ in groups]
 
         def counts(i: int) -> dict:
             values = dict(zip(self.outputs, self.sess.run(self.outputs, self.data.sample(i))))
             result = {}
-            for t in self.tensors:
+            for t in positive:
                 magnitude = np.abs(values[t])
                 nonzero = magnitude[magnitude != 0]
-                for s in subsets:
-                    if i in members[s] and t in hist[s]:
-                        result[(s, t)] = _histogram([nonzero], magnitude.size - nonzero.size, ranges[s][t])
+                result[t] = _histogram([nonzero], magnitude.size - nonzero.size, edge[t])
             return result
 
         with ThreadPoolExecutor(self.threads) as pool:
-            for sample_counts in _in_order(pool, counts, range(self.data.num_samples), self.threads):
-                for (s, t), c in sample_counts.items():
-                    hist[s][t] += c
+            wanted = sorted(group_of)
+            for i, sample_counts in zip(wanted, _in_order(pool, counts, wanted, self.threads)):
+                for t, c in sample_counts.items():
+                    hist[group_of[i]][t] += c
+        self.passes += 1
         return hist
 
 
@@ -306,13 +321,24 @@ def _sample_stats(sess, outputs: list[str], tensors: list[str], mean_tensors: li
     return {"ranges": ranges, "means": {t: _sample_means(values[t]) for t in mean_tensors}, "bytes": size}
 
 
+BATCH_VALUES = 2**22  # small samples' values are histogrammed together, up to this many at a time
+
+
 def _histogram(chunks: list[np.ndarray], zeros: int, amax: float) -> np.ndarray:
     """np.histogram of |x| over [0, amax] in BINS bins, from the nonzero values and the count of zeros
-    (a zero always lands in the first bin): the very counts of histogramming every value."""
+    (a zero always lands in the first bin): the very counts of histogramming every value. Small chunks are
+    joined first (counts add up exactly; one call per chunk costs more than the counting)."""
     hist = np.zeros(BINS, np.int64)
-    for chunk in chunks:
-        if chunk.size:
-            hist += np.histogram(chunk, bins=BINS, range=(0.0, amax))[0]
+    batch: list[np.ndarray] = []
+    size = 0
+    for chunk in list(chunks) + [None]:
+        if chunk is not None and chunk.size:
+            batch.append(chunk)
+            size += chunk.size
+        if batch and (chunk is None or size >= BATCH_VALUES):
+            joined = batch[0] if len(batch) == 1 else np.concatenate(batch)
+            hist += np.histogram(joined, bins=BINS, range=(0.0, amax))[0]
+            batch, size = [], 0
     hist[0] += zeros
     return hist
 

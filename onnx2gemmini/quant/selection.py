@@ -7,12 +7,15 @@ candidate (every tensor's range by one estimator: mse, minmax, entropy, percenti
 calibration samples, quantizes the whole model with it, runs the compiled arithmetic (the QDQ golden in
 onnxruntime, which the int8 code matches bit for bit) on the samples it did not fit on, and keeps the
 candidate with the best output SQNR against the float model. The chosen estimator is then fitted on every
-sample. With SPLIT_SAMPLES or more samples, every HOLD_EVERY-th sample is held out; with fewer, k-fold
-(k = min(n, FOLDS)): each sample is held out once. A single sample cannot be split: the first candidate.
+sample. The split is k-fold (FOLDS folds): each judged sample is held out once, up to MAX_HELDOUT of them,
+and each fold fits on all the others (one split of 16 held-out samples of 64 chose percentile on MTCNN O-Net,
+2.4 dB below mse on the evaluation data; judging all 64 in four folds chose mse). A single sample cannot be
+split: the first candidate.
 """
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,9 +30,8 @@ from .calibrate import Collected
 AUTO = "auto"
 METHODS = (AUTO,) + ESTIMATORS  # what --calib-method takes
 CANDIDATES = ("mse", "minmax", "entropy", "percentile")  # preferred first: ties keep the earlier one
-SPLIT_SAMPLES = 16
-HOLD_EVERY = 4
 FOLDS = 4
+MAX_HELDOUT = 64  # samples the candidates are judged on, at most (each one QDQ run per candidate)
 EXACT_DB = 200.0  # an output the candidate reproduces exactly counts as this SQNR
 
 
@@ -64,16 +66,19 @@ def forced(method: str) -> dict:
 
 
 def folds(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """(fit, held-out) sample indices: one interleaved split from SPLIT_SAMPLES samples on (sorted or
-    grouped data stays balanced), k-fold below, nothing for a single sample."""
+    """(fit, held-out) sample indices, FOLDS folds (fewer with fewer samples): every sample is judged once
+    when there are at most MAX_HELDOUT, else MAX_HELDOUT spread evenly; each fold fits on all the samples it
+    does not judge. Nothing for a single sample."""
     if n < 2:
         return []
-    every = np.arange(n)
-    if n >= SPLIT_SAMPLES:
-        held = every % HOLD_EVERY == HOLD_EVERY - 1
-        return [(tuple(every[~held].tolist()), tuple(every[held].tolist()))]
-    k = min(n, FOLDS)
-    return [(tuple(every[every % k != f].tolist()), tuple(every[every % k == f].tolist())) for f in range(k)]
+    judged = np.arange(n) if n <= MAX_HELDOUT else np.unique(np.linspace(0, n - 1, MAX_HELDOUT).round().astype(int))
+    k = min(FOLDS, len(judged))
+    splits = []
+    for f in range(k):
+        held = judged[f::k]
+        fit = np.setdiff1d(np.arange(n), held)
+        splits.append((tuple(fit.tolist()), tuple(held.tolist())))
+    return splits
 
 
 def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | None = None) -> Choice:
@@ -89,7 +94,26 @@ def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | 
     signal = {u: 0.0 for u in range(len(units))}
     noise = {c: {u: 0.0 for u in range(len(units))} for c in candidates}
     failed: set[str] = set()
-    found.histograms([fit for fit, _ in splits])  # every fold's histograms in one go (one pass if not kept)
+    # Every fold's histograms and all the samples' (for the final fit) from one histogramming of the samples.
+    found.histograms([fit for fit, _ in splits] + [None])
+
+    def judge(job) -> tuple[str, list[float] | None]:
+        """One candidate on one fold: its noise power per unit over the fold's held-out samples (None:
+        onnxruntime cannot run it)."""
+        c, (fit, held), means, samples, reference = job
+        try:
+            sess = session(build_qdq(graph, table(found.ranges(c, fit), means, c)))
+        except ModelError:
+            return c, None
+        power = [0.0] * len(units)
+        for s, ref in zip(samples, reference):
+            got = dict(zip(outputs, sess.run(outputs, s)))
+            for u, (o, part) in enumerate(units):
+                diff = got[o][part].astype(np.float64) - ref[o][part]
+                power[u] += float(np.sum(diff * diff))
+        return c, power
+
+    jobs = []
     for fit, held in splits:
         samples = [found.data.sample(i) for i in held]
         reference = [dict(zip(outputs, found.sess.run(outputs, s))) for s in samples]
@@ -97,19 +121,14 @@ def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | 
             for u, (o, part) in enumerate(units):
                 signal[u] += float(np.sum(np.square(ref[o][part], dtype=np.float64)))
         means = found.means(fit)
-        for c in candidates:
-            if c in failed:
-                continue
-            try:
-                sess = session(build_qdq(graph, table(found.ranges(c, fit), means, c)))
-            except ModelError:
+        jobs += [(c, (fit, held), means, samples, reference) for c in candidates]
+    with ThreadPoolExecutor(found.threads) as pool:  # onnxruntime runs without the GIL: sessions side by side
+        for c, power in pool.map(judge, jobs):  # in job order: the sums do not depend on the threads
+            if power is None:
                 failed.add(c)
                 continue
-            for s, ref in zip(samples, reference):
-                got = dict(zip(outputs, sess.run(outputs, s)))
-                for u, (o, part) in enumerate(units):
-                    diff = got[o][part].astype(np.float64) - ref[o][part]
-                    noise[c][u] += float(np.sum(diff * diff))
+            for u, p in enumerate(power):
+                noise[c][u] += p
     scores = {c: None if c in failed else float(np.mean([_db(signal[u], noise[c][u]) for u in signal]))
               for c in candidates}
     ranked = [c for c in candidates if scores[c] is not None]
