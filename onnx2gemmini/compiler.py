@@ -259,10 +259,9 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
             mean_tensors = weighted if bias_correction else []
             if calib_method == selection.AUTO:
                 found = collect(build_float(graph), data, graph_activations(graph), mean_tensors, progress=tell)
-                choice = selection.choose(graph, found,
-                                          lambda r, m, name: table(r, m if bias_correction else None, name))
-                method, calibration = choice.chosen, choice.report()
-                amax, means = found.ranges(method), (found.means() if bias_correction else None)
+                method, amax, calibration = selection.auto(
+                    graph, found, lambda r, m, name: table(r, m if bias_correction else None, name), handlers)
+                means = found.means() if bias_correction else None
             else:
                 stats = statistics(build_float(graph), data, calib_method, graph_activations(graph), mean_tensors,
                                    progress=tell)

@@ -202,8 +202,9 @@ def _default(value):
     raise TypeError(type(value).__name__)
 
 
-def calibration_text(calibration: dict) -> str:
-    """One sentence on how the range estimator was chosen (quant/selection.py), or "" when it was forced."""
+def calibration_text(calibration: dict, name=str) -> str:
+    """One sentence on how the range estimator was chosen (quant/selection.py), or "" when it was forced;
+    `name` escapes a tensor name for the target text (the caller escapes the rest)."""
     scored = [c for c in calibration.get("candidates", []) if c.get("heldout_sqnr_db") is not None]
     if not scored:
         return ""
@@ -211,11 +212,22 @@ def calibration_text(calibration: dict) -> str:
     margin = calibration.get("margin_db")
     lead = f", {margin:+.2f} dB over the next best" if margin is not None else ""
     return (f"{calibration['chosen']} chosen by output SQNR on {calibration['heldout_samples']} held-out calibration "
-            f"samples ({calibration['folds']} fold(s)){lead}: {figures}")
+            f"samples ({calibration['folds']} fold(s)){lead}: {figures}{refinement_text(calibration.get('refined'), name)}")
+
+
+def refinement_text(refined: dict | None, name=str) -> str:
+    """The per-tensor refinement (quant/refine.py) in a clause: what it changed, or what it tried."""
+    if not refined or not refined.get("units_tried"):
+        return ""
+    if refined.get("kept"):
+        changed = ", ".join(f"{name(c['tensor'])} {c['method']}" for c in refined["changes"])
+        return (f"; then, judged at the outputs, {len(refined['changes'])} tensor range(s) changed ({changed}): "
+                f"{refined['heldout_sqnr_db']:.2f} dB held out, {refined['gain_db']:+.2f} dB")
+    return f"; {refined['units_tried']} tensor range(s) tried at the outputs, none changed"
 
 
 def calibration_lines(calibration: dict) -> list[str]:
-    text = calibration_text(calibration)
+    text = calibration_text(calibration, markdown)
     return [f"- range estimator: {text}"] if text else []
 
 

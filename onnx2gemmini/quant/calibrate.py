@@ -120,6 +120,7 @@ class Collected:
     threads: int
     passes: int = 1
     _hist: dict = field(default_factory=dict)
+    _ranges: dict = field(default_factory=dict)
 
     def indices(self, subset: Subset) -> list[int]:
         return list(range(self.data.num_samples)) if subset is None else list(subset)
@@ -143,7 +144,12 @@ class Collected:
     def ranges(self, method: str, subset: Subset = None) -> dict[str, float]:
         """{tensor: amax} by a histogram estimator (or minmax) over `subset`, never past the subset's largest
         |x|; for a tensor a max-pool reads, mse never goes below the level POOLED_SHARE of the subset's
-        samples reach."""
+        samples reach. Computed once per method and subset."""
+        if (method, subset) not in self._ranges:
+            self._ranges[(method, subset)] = self._estimate(method, subset)
+        return dict(self._ranges[(method, subset)])
+
+    def _estimate(self, method: str, subset: Subset) -> dict[str, float]:
         amax = self.amax(subset)
         if method == "minmax":
             return amax

@@ -115,7 +115,7 @@ def joined_ranges(graph: Graph, quant: "QuantTable") -> list[str]:
     return lines
 
 
-def _segment_scales(graph: Graph, node, scales: dict[str, float]) -> tuple[int, tuple[float, ...]]:
+def segment_scales(graph: Graph, node, scales: dict[str, float]) -> tuple[int, tuple[float, ...]]:
     """(axis, one scale per index along it) of a segmented concat: each input's scale over its extent (a
     constant operand: the scale of its own largest magnitude)."""
     out = node.outputs[0]
@@ -190,6 +190,48 @@ def _scale_groups(graph: Graph, order, handlers, segmented=frozenset()) -> dict[
             if t not in fixed:
                 parent[find(t)] = find(out)
     return {t: find(t) for t in list(parent) + [p for p in parent.values()]}
+
+
+@dataclass(frozen=True)
+class ScaleUnit:
+    """Activations that get one scale from their calibrated ranges (build_table): the scale of the largest
+    range of `calibrated`; `scaled` are every tensor that carries it (views and splits of them too)."""
+    calibrated: tuple[str, ...]
+    scaled: tuple[str, ...]
+
+
+def scale_units(graph: Graph, handlers) -> tuple[list[ScaleUnit], list]:
+    """(the units whose scale a range choice sets, in graph order; the segmented concats, whose output scales
+    follow their inputs'). Left out: scales a pre-quantized model fixes, a fused Clip's, int32 accumulators'
+    (they follow the weights), and every tensor that shares one of those."""
+    order = topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers))
+    fixed = propagate_fixed_scales(graph, order, handlers)
+    segmented = segmented_concats(graph, handlers, fixed)
+    groups = _scale_groups(graph, order, handlers, frozenset(n.name for n in segmented))
+    derived = set(fixed) | {n.outputs[0] for n in segmented}
+    unit_of: dict[str, str] = {}
+    for vi in graph.inputs:
+        unit_of[vi.name] = groups.get(vi.name, vi.name)
+    for node in order:
+        acts = [i for i in node.inputs if i and i not in graph.initializers]
+        follows = handlers[node.name].output_scale == "input" and acts
+        for out in (o for o in node.outputs if o):
+            if out in derived:
+                continue
+            if node.fused.clip or node.fused.accumulate or (follows and acts[0] not in unit_of):
+                derived.add(out)
+                continue
+            unit_of[out] = unit_of[acts[0]] if follows else groups.get(out, out)
+    spoiled = {groups.get(t, t) for t in derived} | {unit_of[t] for t in derived if t in unit_of}
+    units: dict[str, tuple[list, list]] = {}
+    for t, root in unit_of.items():
+        if root in spoiled:
+            continue
+        calibrated, scaled = units.setdefault(root, ([], []))
+        scaled.append(t)
+        if groups.get(t, t) == root:
+            calibrated.append(t)
+    return [ScaleUnit(tuple(c), tuple(s)) for c, s in units.values() if c], segmented
 
 
 def propagate_fixed_scales(graph: Graph, order, handlers) -> dict[str, float]:
@@ -303,7 +345,7 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
                 scales[node.outputs[0]] = wq.bias_scale
     axis_scales = {}
     for node in segmented:
-        axis, per_index = _segment_scales(graph, node, scales)
+        axis, per_index = segment_scales(graph, node, scales)
         if len(set(per_index)) > 1:
             axis_scales[node.outputs[0]] = (axis, per_index)
         scales[node.outputs[0]] = max(per_index)  # equal scales everywhere: the one scale, bytes copied as they are

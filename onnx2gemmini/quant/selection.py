@@ -26,6 +26,7 @@ from ..graph import Graph
 from ..ort_session import session
 from .calibrate import METHODS as ESTIMATORS
 from .calibrate import Collected
+from .refine import apply, refine
 
 AUTO = "auto"
 METHODS = (AUTO,) + ESTIMATORS  # what --calib-method takes
@@ -60,6 +61,23 @@ class Choice:
                                for k, v in self.scores.items()]}
 
 
+def auto(graph: Graph, found: Collected, table, handlers,
+         candidates: tuple[str, ...] | None = None, refined: bool = True) -> tuple[str, dict[str, float], dict]:
+    """The default calibration: (the chosen estimator, every tensor's range, report.json's `calibration`).
+    The whole-model choice (`choose`), then the per-unit changes the held-out samples confirm (refine.py;
+    `refined=False` skips them), the ranges fitted on every sample."""
+    candidates = CANDIDATES if candidates is None else candidates
+    heldout = HeldOut(graph, found)
+    choice = choose(graph, found, table, candidates, heldout)
+    report = choice.report()
+    ranges = found.ranges(choice.chosen)
+    if refined and heldout.usable:
+        changes, refinement = refine(graph, handlers, found, heldout, table, choice.chosen, candidates)
+        ranges = apply(ranges, changes, found.ranges)
+        report["refined"] = refinement.report()
+    return choice.chosen, ranges, report
+
+
 def forced(method: str) -> dict:
     """report.json's `calibration` when --calib-method names the estimator (nothing held out)."""
     return {"chosen": method, "margin_db": None, "heldout_samples": 0, "folds": 0, "candidates": []}
@@ -81,59 +99,99 @@ def folds(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     return splits
 
 
-def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | None = None) -> Choice:
+class HeldOut:
+    """The folds' held-out samples and the float model's outputs on them: what a set of ranges is judged on.
+    An output is judged per unit: each part a Concat joins (`parts`)."""
+
+    def __init__(self, graph: Graph, found: Collected):
+        self.found = found
+        self.splits = folds(found.data.num_samples)
+        self.outputs = [o.name for o in graph.outputs if o.name in set(found.tensors)]
+        self.units = [(o, part) for o in self.outputs for part in parts(graph, o)] if self.splits else []
+        self.samples = [[found.data.sample(i) for i in held] for _, held in self.splits]
+        self.reference = [[dict(zip(self.outputs, found.sess.run(self.outputs, s))) for s in fold]
+                          for fold in self.samples]
+        self.fold_signal = [[sum(float(np.sum(np.square(ref[o][part], dtype=np.float64))) for ref in fold)
+                             for o, part in self.units] for fold in self.reference]
+        self._exact: dict[tuple[str, int], list[float] | None] = {}
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.splits and self.outputs)
+
+    @property
+    def judged(self) -> int:
+        return sum(len(h) for _, h in self.splits)
+
+    def noise(self, fold: int, run) -> list[float]:
+        """The squared error per unit over fold `fold`'s held-out samples; `run(sample)` gives the outputs."""
+        power = [0.0] * len(self.units)
+        for s, ref in zip(self.samples[fold], self.reference[fold]):
+            got = dict(zip(self.outputs, run(s)))
+            for u, (o, part) in enumerate(self.units):
+                diff = got[o][part].astype(np.float64) - ref[o][part]
+                power[u] += float(np.sum(diff * diff))
+        return power
+
+    def score(self, noise: list[float], folds: list[int] | None = None) -> float:
+        """Mean SQNR (dB) over the units, from their noise summed over `folds` (default: every fold)."""
+        folds = range(len(self.splits)) if folds is None else folds
+        signal = [sum(self.fold_signal[f][u] for f in folds) for u in range(len(self.units))]
+        return float(np.mean([_db(sig, n) for sig, n in zip(signal, noise)]))
+
+    def exact(self, graph: Graph, table, ranges_of, name: str, folds: list[int] | None = None) -> float | None:
+        """The held-out SQNR over `folds` (default: every fold) of the compiled arithmetic (the QDQ golden)
+        when each fold's ranges are `ranges_of(fit)`; None when onnxruntime cannot run it."""
+        folds = list(range(len(self.splits))) if folds is None else folds
+        totals = [0.0] * len(self.units)
+        for f in folds:
+            power = self.exact_fold(graph, table, ranges_of(self.splits[f][0]), f, name)
+            if power is None:
+                return None
+            totals = [a + b for a, b in zip(totals, power)]
+        return self.score(totals, folds)
+
+    def exact_fold(self, graph: Graph, table, ranges: dict[str, float], fold: int, name: str) -> list[float] | None:
+        """One fold's noise per unit through the golden; `name` names the ranges (computed once per name)."""
+        if (name, fold) not in self._exact:
+            fit = self.splits[fold][0]
+            try:
+                sess = session(build_qdq(graph, table(ranges, self.found.means(fit), name)))
+                self._exact[(name, fold)] = self.noise(fold, lambda s: sess.run(self.outputs, s))
+            except ModelError:
+                self._exact[(name, fold)] = None
+        return self._exact[(name, fold)]
+
+
+def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | None = None,
+           heldout: HeldOut | None = None) -> Choice:
     """The candidate whose whole-model quantization, fitted on each fold's fitting samples, gives the best
     output SQNR on its held-out samples. `table(amax, means, method)` builds the QuantTable of a set of
     ranges (the compile's own options: weight scales, bias correction)."""
     candidates = CANDIDATES if candidates is None else candidates
-    splits = folds(found.data.num_samples)
-    outputs = [o.name for o in graph.outputs if o.name in set(found.tensors)]
-    if not splits or not outputs:
+    heldout = HeldOut(graph, found) if heldout is None else heldout
+    if not heldout.usable:
         return Choice(candidates[0], {}, 0, 0)
-    units = [(o, part) for o in outputs for part in parts(graph, o)]
-    signal = {u: 0.0 for u in range(len(units))}
-    noise = {c: {u: 0.0 for u in range(len(units))} for c in candidates}
-    failed: set[str] = set()
     # Every fold's histograms and all the samples' (for the final fit) from one histogramming of the samples.
-    found.histograms([fit for fit, _ in splits] + [None])
+    found.histograms([fit for fit, _ in heldout.splits] + [None])
+    jobs = [(c, f) for f in range(len(heldout.splits)) for c in candidates]
+    noise = {c: [0.0] * len(heldout.units) for c in candidates}
+    failed: set[str] = set()
 
-    def judge(job) -> tuple[str, list[float] | None]:
-        """One candidate on one fold: its noise power per unit over the fold's held-out samples (None:
-        onnxruntime cannot run it)."""
-        c, (fit, held), means, samples, reference = job
-        try:
-            sess = session(build_qdq(graph, table(found.ranges(c, fit), means, c)))
-        except ModelError:
-            return c, None
-        power = [0.0] * len(units)
-        for s, ref in zip(samples, reference):
-            got = dict(zip(outputs, sess.run(outputs, s)))
-            for u, (o, part) in enumerate(units):
-                diff = got[o][part].astype(np.float64) - ref[o][part]
-                power[u] += float(np.sum(diff * diff))
-        return c, power
+    def judge(job) -> list[float] | None:
+        c, f = job
+        return heldout.exact_fold(graph, table, found.ranges(c, heldout.splits[f][0]), f, c)
 
-    jobs = []
-    for fit, held in splits:
-        samples = [found.data.sample(i) for i in held]
-        reference = [dict(zip(outputs, found.sess.run(outputs, s))) for s in samples]
-        for ref in reference:
-            for u, (o, part) in enumerate(units):
-                signal[u] += float(np.sum(np.square(ref[o][part], dtype=np.float64)))
-        means = found.means(fit)
-        jobs += [(c, (fit, held), means, samples, reference) for c in candidates]
     with ThreadPoolExecutor(found.threads) as pool:  # onnxruntime runs without the GIL: sessions side by side
-        for c, power in pool.map(judge, jobs):  # in job order: the sums do not depend on the threads
+        for (c, _), power in zip(jobs, pool.map(judge, jobs)):  # in job order: sums independent of threads
             if power is None:
                 failed.add(c)
                 continue
-            for u, p in enumerate(power):
-                noise[c][u] += p
-    scores = {c: None if c in failed else float(np.mean([_db(signal[u], noise[c][u]) for u in signal]))
-              for c in candidates}
+            noise[c] = [a + b for a, b in zip(noise[c], power)]
+    scores = {c: None if c in failed else heldout.score(noise[c]) for c in candidates}
     ranked = [c for c in candidates if scores[c] is not None]
     chosen = max(ranked, key=lambda c: scores[c]) if ranked else candidates[0]  # max keeps the first of ties
-    return Choice(chosen, scores, sum(len(h) for _, h in splits), len(splits))
+    return Choice(chosen, scores, heldout.judged, len(heldout.splits))
 
 
 def parts(graph: Graph, output: str) -> list[tuple]:
