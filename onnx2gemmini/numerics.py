@@ -156,6 +156,28 @@ def resadd_tolerance(c_scale: float) -> int:
     return 1 + math.floor(0.5 * c_scale)
 
 
+def resadd_explained(qa: np.ndarray, qb: np.ndarray, sa: float, sb: float, so: float, a_scale: float,
+                     b_scale: float, c_scale: float) -> np.ndarray:
+    """Where a resadd's int8 output may differ from onnxruntime's QDQ Add of the same int8 inputs (qa, qb at
+    scales sa, sb; output scale so), value by value. The float Add rounds v = (qa*sa + qb*sb)/so; Gemmini
+    first rounds each input to int8 at the larger scale (rint(q * scale), error e), which moves the value it
+    rounds to v + c_scale*(e_A + e_B). The two can round apart only where a rounding boundary (k + 1/2) lies
+    between those two values (or within float32 rounding of one), unless both saturate to the same end of
+    the int8 range: exactly these positions, derived from the inputs and the scales, not from what any kernel
+    computed."""
+    a, b = qa.astype(np.float32), qb.astype(np.float32)
+    shift = np.float64(c_scale) * ((np.rint(a * np.float32(a_scale)) - a * np.float32(a_scale)).astype(np.float64)
+                                   + (np.rint(b * np.float32(b_scale)) - b * np.float32(b_scale)).astype(np.float64))
+    v = (qa.astype(np.float64) * np.float64(np.float32(sa)) + qb.astype(np.float64) * np.float64(np.float32(sb))) \
+        / np.float64(np.float32(so))
+    lo, hi = np.minimum(v, v + shift), np.maximum(v, v + shift)
+    boundary = np.floor(lo + 0.5) + 0.5  # the first boundary above lo
+    near = 1e-3  # float32 sums and divisions, far below an LSB
+    crossing = (boundary <= hi + near) | (np.abs(lo - (boundary - 1.0)) <= near)
+    saturated = (lo > INT8_MAX + 0.5 + near) | (hi < INT8_MIN - 0.5 - near)  # both clip to the same end
+    return crossing & ~saturated
+
+
 def resadd_mismatch_rate(a_scale: float, b_scale: float, c_scale: float) -> float:
     """A bound on the share of resadd outputs that differ from the float Add. Each input value q is
     rescaled to int8 (rint(q * scale), an error e(q) of at most 1/2), which moves the output by

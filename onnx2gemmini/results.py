@@ -72,9 +72,10 @@ class LayerDiff(TypedDict, total=False):
     max_lsb_vs_ort_qdq: int
     mismatches_vs_ort_qdq: int
     compared: int
+    explained_mismatches: int      # a resadd's: where its input rounding may move the value (all allowed)
     tolerance_lsb: int             # the largest difference this layer's semantics allow
     mismatch_rate: float
-    allowed_mismatches: int
+    allowed_mismatches: int        # the explained ones plus the tolerance's budget
     tolerance_why: str
 
 

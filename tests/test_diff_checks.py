@@ -122,3 +122,48 @@ def test_saved_outputs_keep_any_output_name(tmp_path):
     assert loaded.keys() == values.keys()
     for k in values:
         np.testing.assert_array_equal(loaded[k], values[k])
+
+
+def _add_model():
+    from onnx import helper
+    from tests.helpers import make_model
+    return make_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                      {"a": [1, 4, 16, 16], "b": [1, 4, 16, 16]}, {"y": [1, 4, 16, 16]}, {})
+
+
+def _add_data(n: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.normal(0, 3, (n, 4, 16, 16)) * 8) / 8  # clustered on a few values: rounding ties abound
+    b = rng.normal(0, 1, (n, 4, 16, 16))
+    a[:, 0, 0, 0] = b[:, 0, 0, 0] = 0.0  # a sum no rounding can move
+    return {"a": a.astype(np.float32), "b": b.astype(np.float32)}
+
+
+def test_a_resadds_differences_are_explained_value_by_value(monkeypatch):
+    """Every value where the resadd differs from onnxruntime's Add is one its input rounding explains, so the
+    layer passes however many there are; one difference anywhere else fails it (negative control: a resadd
+    kernel off by one at a value no rounding can move)."""
+    from onnx2gemmini import kernels
+    from onnx2gemmini.compare import run_diff
+    from onnx2gemmini.data import Dataset
+    model = _add_model()
+    compiled = o2g.compile(model, calib=_add_data(16, 0), calib_method="minmax")
+    evaluation = Dataset({k: v[:, None] for k, v in _add_data(4, 1).items()}, None, "eval")
+    result = run_diff(compiled, evaluation)
+    layer = next(l for l in result["layers"] if l["name"] == "add")
+    assert layer["tolerance_why"].startswith("resadd:")
+    assert layer["mismatches_vs_ort_qdq"] > 0 and layer["explained_mismatches"] == layer["mismatches_vs_ort_qdq"]
+    assert layer["allowed_mismatches"] == layer["explained_mismatches"]  # nothing beyond the explained ones
+    assert result["verdict"]["passed"]
+
+    plain = kernels.resadd
+
+    def off_by_one(a, b, *args):
+        out = plain(a, b, *args).copy()
+        out.flat[0] += 1  # the (0, 0, 0, 0) value: 0 + 0
+        return out
+
+    monkeypatch.setattr(kernels, "resadd", off_by_one)
+    broken = run_diff(compiled, evaluation)
+    assert not broken["verdict"]["passed"]
+    assert any("layer add:" in f for f in broken["verdict"]["failures"])

@@ -91,3 +91,34 @@ def test_resadd_error_bounds():
     assert numerics.resadd_mismatch_rate(0.5, 1.0, 0.8) == pytest.approx(0.4)
     assert numerics.resadd_mismatch_rate(0.25, 1.0, 1.0) == 0.5     # q = 2 mod 4 -> x.5
     assert numerics.resadd_mismatch_rate(1.0, 0.75, 1.0) == 0.5     # q = 2 -> 1.5
+
+
+@pytest.mark.parametrize("sa,sb,so,tight", [(0.1, 0.05, 0.2, False), (0.05, 0.1, 0.07, False),
+                                            (0.0937, 0.0512, 0.2113, True), (0.3, 0.2107, 0.0993, True),
+                                            (0.0213, 0.4871, 0.6029, True)])
+def test_resadd_explained_covers_every_difference_from_onnxruntime_and_little_else(sa, sb, so, tight):
+    """Over every pair of int8 inputs: where Gemmini's resadd and onnxruntime's QDQ Add differ, the
+    per-value explanation says they may; and, where the scales put few sums on exact ties (which onnxruntime's
+    float32 arithmetic may round either way, so they are always explained), it says so for few of the pairs
+    where they agree."""
+    from onnx import TensorProto, helper
+    from onnx2gemmini import kernels
+    qa, qb = (g.astype(np.int8) for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
+    qa, qb = qa.reshape(1, -1), qb.reshape(1, -1)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, [], [v]) for n, v in (("sa", sa), ("sb", sb), ("so", so))]
+    inits += [helper.make_tensor("z", TensorProto.INT8, [], [0])]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "z"], ["fa"]),
+             helper.make_node("DequantizeLinear", ["b", "sb", "z"], ["fb"]),
+             helper.make_node("Add", ["fa", "fb"], ["s"]), helper.make_node("QuantizeLinear", ["s", "so", "z"], ["y"])]
+    shape = list(qa.shape)
+    graph = helper.make_graph(nodes, "add", [helper.make_tensor_value_info(n, TensorProto.INT8, shape) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    golden = ort_session(model).run(["y"], {"a": qa, "b": qb})[0].astype(np.int32)
+    a_s, b_s, c_s = numerics.resadd_scales(sa, sb, so)
+    gemmini = kernels.resadd(qa, qb, a_s, b_s, c_s, False).astype(np.int32)
+    may = numerics.resadd_explained(qa, qb, sa, sb, so, a_s, b_s, c_s)
+    differ = golden != gemmini
+    assert differ.any() and not (differ & ~may).any()
+    if tight:
+        assert np.count_nonzero(may) <= 1.5 * np.count_nonzero(differ) + 0.01 * differ.size
