@@ -64,7 +64,8 @@ the model where the default does worst against minmax and onnxruntime (and for t
 per-layer gap opens, which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
 compiler refuses are listed with its error line and skipped. --json writes every figure.
 
-    python scripts/bench_real_models.py --quick                # 22 min on 2 cores (1,331 s; see --quick)
+    python scripts/bench_real_models.py --quick                # 36 min on 2 cores (15 models: 1,616 s for
+                                                               # 13, 538 s for YOLOv8n and the layout detector)
     python scripts/bench_real_models.py --json real.json       # everything: not timed end to end (9 of the 11
                                                                # models, without the PP-OCR det/rec: 77 min)
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
