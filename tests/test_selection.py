@@ -367,6 +367,15 @@ def test_the_report_says_what_the_refinement_changed(tmp_path):
     assert f"{len(refined['changes'])} tensor range(s) changed" in text
 
 
+def test_too_few_samples_to_confirm_skip_the_refinement():
+    """Three samples: the confirming half would hold one sample, so nothing is tried (and with four, it is)."""
+    model = two_branch_model()
+    few = o2g.compile(model, calib=two_branch_data(3, 0))
+    assert few.calibration["refined"]["units_tried"] == 0 and not few.calibration["refined"]["kept"]
+    enough = o2g.compile(model, calib=two_branch_data(4, 0))
+    assert enough.calibration["refined"]["units_tried"] > 0
+
+
 def test_a_refinement_the_golden_does_not_confirm_is_dropped(monkeypatch):
     """The stand-in proposes; the compiled arithmetic decides: with a confirmation bar no change can pass, the
     chosen estimator's ranges stand, exactly as forcing it."""
