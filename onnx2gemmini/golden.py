@@ -22,6 +22,11 @@ from .quant.quantize import QuantTable
 QDQ_OPSET = 13
 
 
+def scale_name(tensor: str) -> str:
+    """The initializer holding an activation's Q/DQ scale in the QDQ model (quant/refine.py feeds it)."""
+    return f"{tensor}__scale"
+
+
 class _Builder:
     def __init__(self, graph: Graph, quant: QuantTable | None):
         self.graph, self.quant = graph, quant
@@ -65,9 +70,9 @@ class _Builder:
         scale = np.asarray(scale, np.float32)
         zero = np.zeros(scale.shape, np.int32 if q.dtype == np.int32 else np.int8)
         self.init(f"{base}__q", q)
-        self.init(f"{base}__scale", scale)
+        self.init(scale_name(base), scale)
         self.init(f"{base}__zp", zero)
-        self.node("DequantizeLinear", [f"{base}__q", f"{base}__scale", f"{base}__zp"], [f"{base}__dq"],
+        self.node("DequantizeLinear", [f"{base}__q", scale_name(base), f"{base}__zp"], [f"{base}__dq"],
                   name=f"{base}__DequantizeLinear", **({"axis": axis} if scale.ndim else {}))
         return f"{base}__dq"
 
@@ -85,9 +90,9 @@ class _Builder:
         one per index along an axis (a model output that keeps its inputs' scales, quantize.py)."""
         if tensor in self.quant.axis_scales:
             axis, per_index = self.quant.axis_scales[tensor]
-            s = self.init(f"{tensor}__scale", np.asarray(per_index, np.float32))
+            s = self.init(scale_name(tensor), np.asarray(per_index, np.float32))
             return s, self.init(f"{tensor}__zp", np.zeros(len(per_index), np.int8)), {"axis": axis}
-        s = self.init(f"{tensor}__scale", np.float32(self.quant.scales[tensor]))
+        s = self.init(scale_name(tensor), np.float32(self.quant.scales[tensor]))
         return s, self.init(f"{tensor}__zp", np.zeros((), np.int8)), {}
 
     def fake_quant(self, tensor: str) -> str:

@@ -278,6 +278,7 @@ def test_a_detectors_small_class_scores_keep_10_db(tmp_path, monkeypatch):
     default = o2g.compile(str(path), calib=calib)
     assert len(default.calibration["candidates"]) == len(selection.CANDIDATES)
     assert score_sqnr(default) >= 10.0
+    assert_units_share_the_tables_scales(default)  # on a detector: splits, concats, resizes, segments
 
     monkeypatch.setattr(quantize, "segmented_concats", lambda *args: [])  # negative control: one scale
     assert not score_sqnr(o2g.compile(str(path), calib=calib)) >= 10.0
@@ -388,6 +389,19 @@ def test_a_refinement_the_golden_does_not_confirm_is_dropped(monkeypatch):
     assert default.quant.scales == forced.quant.scales
 
 
+def assert_units_share_the_tables_scales(compiled) -> None:
+    """quantize.scale_units re-derives build_table's scale sharing: every tensor of a unit has one scale in
+    the compiled table, and no two units share a tensor."""
+    from onnx2gemmini.ops.registry import handlers_for
+    from onnx2gemmini.quant.quantize import scale_units
+    units, _ = scale_units(compiled.graph, handlers_for(compiled.graph))
+    assert units
+    members = [t for u in units for t in u.scaled]
+    assert len(members) == len(set(members))
+    for u in units:
+        assert len({compiled.quant.scales[t] for t in u.scaled if t in compiled.quant.scales}) == 1, u
+
+
 def test_scale_units_follow_the_tables_shared_scales():
     """Every tensor of a unit gets one scale in the table; a Concat's inputs and output are one unit; a fused
     Clip's output is in none (its scale is fixed)."""
@@ -435,7 +449,8 @@ def test_the_stand_in_computes_what_the_golden_computes():
     heldout = selection.HeldOut(graph, found)
     units, segmented = scale_units(graph, handlers)
     for fold in range(len(heldout.splits)):
-        stand_in = refine._StandIn(graph, table, found, heldout, fold, "percentile", segmented)
+        stand_in = refine._StandIn(graph, table, found, heldout, fold, "percentile", selection.CANDIDATES,
+                                   segmented)
         fit = heldout.splits[fold][0]
         figures = []
         for changes in ({}, {u: "minmax" for u in units}, {units[0]: "mse", units[-1]: "entropy"}):

@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError
-from ..golden import build_qdq
+from ..golden import build_qdq, scale_name
 from ..graph import Graph
 from ..numerics import scale_for
 from ..ort_session import session
@@ -47,15 +47,16 @@ SPREAD = 1.25       # a unit is tried when some estimator's range is this far fr
 @dataclass(frozen=True)
 class Refinement:
     """The per-unit changes found ({first calibrated tensor of the unit: estimator}), the units tried, the
-    held-out SQNR the stand-in gave them and the compiled arithmetic's (the golden) with them, its gain over
-    the chosen estimator's, and whether they were kept (None: nothing to try)."""
+    held-out SQNR the compiled arithmetic (the golden) gives them on the confirming folds, its gain there
+    over the chosen estimator's, whether they were kept, and the stand-in's SQNR on the searched folds
+    (None: nothing to try)."""
 
     changes: dict[str, str] = field(default_factory=dict)
     tried: int = 0
     sqnr_db: float | None = None
     gain_db: float | None = None
     kept: bool = False
-    stand_in_db: float | None = None  # on the searched folds (the others confirm)
+    search_db: float | None = None  # on the searched folds (the others confirm)
 
     def report(self) -> dict:
         """report.json's `calibration.refined` (CONTRACTS.md)."""
@@ -63,7 +64,7 @@ class Refinement:
                 "changes": [{"tensor": t, "method": m} for t, m in self.changes.items()],
                 "heldout_sqnr_db": None if self.sqnr_db is None else round(self.sqnr_db, 2),
                 "gain_db": None if self.gain_db is None else round(self.gain_db, 2),
-                "search_sqnr_db": None if self.stand_in_db is None else round(self.stand_in_db, 2)}
+                "search_sqnr_db": None if self.search_db is None else round(self.search_db, 2)}
 
 
 def apply(ranges: dict[str, float], changes: dict[ScaleUnit, str], ranges_by) -> dict[str, float]:
@@ -95,7 +96,7 @@ def refine(graph: Graph, handlers, found, heldout, table, chosen: str,
     tried = _most_disputed(units, everything, chosen, others)
     if not tried:
         return {}, Refinement()
-    stand_ins = [_StandIn(graph, table, found, heldout, f, chosen, segmented) for f in search]
+    stand_ins = [_StandIn(graph, table, found, heldout, f, chosen, candidates, segmented) for f in search]
     if any(s.sess is None for s in stand_ins):
         return {}, Refinement(tried=len(tried))
     upstream = _upstream(graph, units, tried)
@@ -181,21 +182,20 @@ def _score(pool, stand_ins, heldout, changes: dict, folds: list[int]) -> float:
 class _StandIn:
     """One fold's QDQ model with its calibrated scales as inputs: a trial of other ranges is a run."""
 
-    def __init__(self, graph: Graph, table, found, heldout, fold: int, chosen: str, segmented):
+    def __init__(self, graph: Graph, table, found, heldout, fold: int, chosen: str, candidates, segmented):
         fit = heldout.splits[fold][0]
-        self.graph, self.found, self.heldout, self.fold, self.fit = graph, found, heldout, fold, fit
-        self.ranges = found.ranges(chosen, fit)
-        self.base = table(self.ranges, found.means(fit), chosen)
-        self.segmented = segmented
+        self.graph, self.heldout, self.fold, self.segmented = graph, heldout, fold, segmented
+        self.ranges = {m: found.ranges(m, fit) for m in candidates}  # this fold's, per estimator
+        self.base = table(self.ranges[chosen], found.means(fit), chosen)
         model = build_qdq(graph, self.base)
-        scales = {f"{t}__scale": t for t in self.base.scales}
-        self.fed = {n: t for n, t in scales.items() if n in {i.name for i in model.graph.initializer}}
+        held = {i.name for i in model.graph.initializer}
+        self.fed = {scale_name(t): t for t in self.base.scales if scale_name(t) in held}
         self.sess = _session_with_inputs(model, set(self.fed))
 
     def feeds(self, changes: dict) -> dict[str, np.ndarray]:
         scales = dict(self.base.scales)
         for unit, method in changes.items():
-            s = scale_for(unit_amax(unit, self.found.ranges(method, self.fit)))
+            s = scale_for(unit_amax(unit, self.ranges[method]))
             for t in unit.scaled:
                 scales[t] = s
         arrays = {t: np.asarray(scales[t], np.float32) for t in scales}

@@ -62,16 +62,16 @@ class Choice:
 
 
 def auto(graph: Graph, found: Collected, table, handlers,
-         candidates: tuple[str, ...] | None = None, refined: bool = True) -> tuple[str, dict[str, float], dict]:
+         candidates: tuple[str, ...] | None = None) -> tuple[str, dict[str, float], dict]:
     """The default calibration: (the chosen estimator, every tensor's range, report.json's `calibration`).
-    The whole-model choice (`choose`), then the per-unit changes the held-out samples confirm (refine.py;
-    `refined=False` skips them), the ranges fitted on every sample."""
+    The whole-model choice (`choose`), then the per-unit changes the held-out samples confirm (refine.py),
+    the ranges fitted on every sample."""
     candidates = CANDIDATES if candidates is None else candidates
     heldout = HeldOut(graph, found)
     choice = choose(graph, found, table, candidates, heldout)
     report = choice.report()
     ranges = found.ranges(choice.chosen)
-    if refined and heldout.usable:
+    if heldout.usable:
         changes, refinement = refine(graph, handlers, found, heldout, table, choice.chosen, candidates)
         ranges = apply(ranges, changes, found.ranges)
         report["refined"] = refinement.report()
