@@ -56,6 +56,29 @@ def step_tolerance(step, plan) -> Tolerance:
     return EXACT
 
 
+# A float32 tensor (a model output kept float, quantize.float_tensors) is compared in units of this share of
+# the largest magnitude its step can write: its own "LSB", far below the int8 step.
+FLOAT_UNIT = 2.0 ** -20
+
+
+def float_units(plan) -> dict[str, float]:
+    """Tensor id -> the comparison unit of every float32 tensor a CPU step writes (FLOAT_UNIT of the bound
+    its kernel states, cpu FloatLut / Concat.float_bound)."""
+    bounds: dict[str, float] = {}
+    for step in plan.steps:
+        if not isinstance(step, CpuOp) or not hasattr(step.params, "float_bound"):
+            continue
+        for tid in step.outputs:
+            if plan.tensors[tid].dtype == "float32":
+                bounds[tid] = step.params.float_bound([bounds.get(i) for i in step.inputs])
+    return {tid: max(b * FLOAT_UNIT, float(np.finfo(np.float32).tiny)) for tid, b in bounds.items()}
+
+
+def float_distance(ours: np.ndarray, gold: np.ndarray, unit: float) -> np.ndarray:
+    """|ours - gold| in units (rounded up: 0 only where bit-equal in value)."""
+    return np.ceil(np.abs(ours.astype(np.float64) - np.asarray(gold, np.float64)) / unit).astype(np.int64)
+
+
 def to_onnx_layout(t: Tensor, value: np.ndarray) -> np.ndarray:
     return value.transpose(0, 3, 1, 2) if t.layout == "NHWC" else value
 
@@ -173,6 +196,7 @@ class _Checker:
             self.sub_sessions.append((session(sub, level=level), feeds))
         self.emulator = Emulator(plan)
         self.holders = _holders(plan)
+        self.units = float_units(plan)
 
     def int8_value(self, buffers, onnx_name: str) -> np.ndarray:
         t = self.plan.tensors[self.holders[onnx_name]]
@@ -199,26 +223,35 @@ class _Checker:
         outputs = {}
         for name, tid in zip(self.output_names, plan.outputs):
             t = plan.tensors[tid]
-            q = self.emulator.get(buffers, tid).astype(np.int32)
-            g = quantize(gold[name], t.scales()).astype(np.int32)
-            outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(q != g)),
-                             "max_lsb": int(np.max(np.abs(q - g))) if q.size else 0,
+            q = self.emulator.get(buffers, tid)
+            if t.dtype == "float32":
+                diff = float_distance(q, gold[name], self.units[tid])
+            else:
+                q = q.astype(np.int32)
+                diff = np.abs(q - quantize(gold[name], t.scales()).astype(np.int32))
+            outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(diff)),
+                             "max_lsb": int(np.max(diff)) if q.size else 0,
                              "fp32": ref_values[name], "int8": t.dequantize(q), "original": original.get(name)}
         layers = []
         for layer, (sess, feeds) in zip(self.layers, self.sub_sessions):
-            ours = self.int8_value(buffers, layer.tensor).astype(np.int32)
-            scale = quant.value_scales(layer.tensor, ours.ndim)
+            holder = self.plan.tensors[self.holders[layer.tensor]]
+            ours = self.int8_value(buffers, layer.tensor)
             feed = {}
             for src, name in zip(layer.inputs, feeds):
                 q = self.int8_value(buffers, src)
-                feed[name] = q.astype(np.float32) * quant.value_scales(src, q.ndim)
-            accumulators = self.plan.tensors[self.holders[layer.tensor]].dtype == "int32"  # a full_C matmul's
-            to_int = quantize_accumulator if accumulators else quantize
-            gold_layer = to_int(sess.run([layer.tensor], feed)[0], scale).astype(np.int32)
-            diff = np.abs(ours - gold_layer)
+                feed[name] = q if q.dtype == np.float32 else q.astype(np.float32) * quant.value_scales(src, q.ndim)
+            gold_layer = sess.run([layer.tensor], feed)[0]
+            if holder.dtype == "float32":  # a float32 model output (or its activation)
+                diff = float_distance(ours, gold_layer, self.units[holder.id])
+                mine = ours.astype(np.float64).ravel()
+            else:
+                ours = ours.astype(np.int32)
+                scale = quant.value_scales(layer.tensor, ours.ndim)
+                to_int = quantize_accumulator if holder.dtype == "int32" else quantize  # a full_C matmul's
+                diff = np.abs(ours - to_int(gold_layer, scale).astype(np.int32))
+                mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()
             explained = self.explained(buffers, layer, diff) if layer.resadd is not None else 0
             ref = np.asarray(ref_values[layer.tensor], np.float64).ravel()
-            mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()
             layers.append((int(diff.max()) if diff.size else 0, int(np.count_nonzero(diff)), diff.size, explained,
                            float(np.dot(ref, ref)), float(np.dot(ref - mine, ref - mine)), float(np.dot(ref, mine)),
                            float(np.dot(mine, mine))))

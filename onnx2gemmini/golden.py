@@ -2,7 +2,8 @@
 without, the float model of the rewritten graph (what calibration and per-layer fp32 references run).
 
 Every quantized tensor T appears as Q(T__preq) -> T__q -> DQ -> T, so the QDQ model keeps the original
-tensor names for the dequantized values, and per-layer sub-models can start at any `T__preq`.
+tensor names for the dequantized values, and per-layer sub-models can start at any `T__preq`; a tensor the
+int8 code keeps float32 (QuantTable.float_tensors) is Identity(T__preq) -> T.
 With `only`, just the named nodes are quantized (their int8 inputs, weights and outputs exactly as in the
 whole QDQ model) and the rest stays float: what sensitivity.py measures one layer at a time.
 At onnxruntime's default optimization level DQ->Conv/Gemm->Q fuse into integer kernels (QLinearConv,
@@ -78,7 +79,7 @@ class _Builder:
 
     def qdq(self, preq: str, tensor: str, scale_of: str | None = None) -> None:
         """Q then DQ with the scale of `scale_of` (default: the tensor's): preq -> tensor__q -> tensor."""
-        if self.quant is None:  # float mode: the same names, no quantization
+        if self.quant is None or tensor in self.quant.float_tensors:  # float mode, or a float32 output
             self.node("Identity", [preq], [tensor], name=f"{tensor}__Identity")
             return
         s, z, axis = self.scale_inits(scale_of or tensor)
@@ -98,6 +99,8 @@ class _Builder:
     def fake_quant(self, tensor: str) -> str:
         """Q/DQ of a float tensor under a new name (`T__fq`), made once: how a quantized node reads a model
         input, or (with `only`) a float producer's output, as the int8 value the whole QDQ model holds."""
+        if tensor in self.quant.float_tensors:  # kept float32 (quantize.float_tensors): read as it is
+            return tensor
         if tensor not in self.fake_quantized:
             s, z, axis = self.scale_inits(tensor)
             self.node("QuantizeLinear", [tensor, s, z], [f"{tensor}__q"], name=f"{tensor}__QuantizeLinear", **axis)

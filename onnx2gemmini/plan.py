@@ -26,7 +26,7 @@ class Tensor:
     id: str
     onnx_name: str
     shape: tuple[int, ...]          # in storage layout
-    dtype: str = "int8"             # int8 | int32 | float32
+    dtype: str = "int8"             # int8 | int32 | float32 (a model output kept float: scale None)
     layout: str = "plain"           # plain | NHWC (ONNX NCHW data stored channels-last)
     scale: float | None = None
     kind: str = "activation"        # input | activation | output | weight | bias | temp
@@ -54,7 +54,9 @@ class Tensor:
 
     def scales(self):
         """The scale of every value, broadcastable to the storage shape: one float32, or one per index along
-        `scale_axis`."""
+        `scale_axis` (a float32 tensor holds real values: 1)."""
+        if self.dtype == "float32":
+            return np.float32(1.0)
         if self.scale_axis is None:
             return np.float32(self.scale)
         axis = (0, 3, 1, 2).index(self.scale_axis) if self.layout == "NHWC" else self.scale_axis  # ONNX -> storage
@@ -71,7 +73,10 @@ class Tensor:
         return runs
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
-        """Real values of this tensor's int8 (or int32 accumulator) buffer (storage layout), as float32."""
+        """Real values of this tensor's int8 (or int32 accumulator, or float32) buffer (storage layout), as
+        float32."""
+        if self.dtype == "float32":
+            return np.array(q, np.float32)
         return q.astype(np.float32) * self.scales()
 
 

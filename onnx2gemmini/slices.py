@@ -85,7 +85,7 @@ def concat_in_place(tensors: dict[str, Tensor], steps: list[Step], outputs: list
             result.append(step)
             continue
         out = tensors[step.outputs[0]]
-        if step.params.axis != len(out.shape) - 1 or out.slice_of or out.view_of:
+        if step.params.axis != len(out.shape) - 1 or out.slice_of or out.view_of or out.dtype != "int8":
             result.append(step)
             continue
         flags, offset = [], 0

@@ -194,6 +194,13 @@ def lut_case(rng, n, off=0, oo=0) -> Case:
                 table[x.astype(np.int16) + 128], {"elem": n}, (off, 0), oo)
 
 
+def lut_f32_case(rng, n, off=0, oo=0) -> Case:
+    """o2g_lut_f32: a float32 model output's table; the output is compared as bytes (oo: a multiple of 4)."""
+    x, table = i8(rng, n), rng.normal(0, 1, 256).astype(np.float32)
+    return Case(f"lut_f32 n={n}", "lut_f32", f"o2g_lut_f32({{in0}}, (float *)(void *){{out}}, {n}, {{in1}});",
+                [x, table], table[x.astype(np.int16) + 128].view(np.int8), {"elem": n}, (off, 0), oo)
+
+
 def softmax_case(rng, outer, n, inner, in_scale=0.05, out_scale=1 / 127) -> Case:
     x = i8(rng, (outer, n, inner))
     ref = kernels.softmax(x, 1, in_scale, out_scale)
@@ -236,6 +243,26 @@ def concat_case(rng, outer, part, inner, total, offset, in_scale, out_scale, off
                 f"o2g_concat_part({{in0}}, {{out}}, {outer}, {part}, {inner}, {total}, {offset}, "
                 f"{c_float(in_scale)}, {c_float(out_scale)});", [x], ref, {"elem": x.size}, (off,), oo,
                 prefill=pre)
+
+
+def concat_f32_case(rng, outer, part, inner, total, offset, scale=None, off=0, oo=0) -> Case:
+    """o2g_concat_part_f32 (scale None: a float32 input copied) or o2g_concat_part_dequantize (an int8 input
+    times `scale`) into a float32 output; compared as bytes."""
+    pre = np.full((outer, total, inner), np.float32(-7.5))
+    ref = pre.copy()
+    if scale is None:
+        x = rng.normal(0, 3, (outer, part, inner)).astype(np.float32)
+        ref[:, offset:offset + part] = x
+        call = f"o2g_concat_part_f32({{in0}}, (float *)(void *){{out}}, {outer}, {part}, {inner}, {total}, {offset});"
+        kernel = "concat_part_f32"
+    else:
+        x = i8(rng, (outer, part, inner))
+        ref[:, offset:offset + part] = x.astype(np.float32) * np.float32(scale)
+        call = (f"o2g_concat_part_dequantize({{in0}}, (float *)(void *){{out}}, {outer}, {part}, {inner}, {total}, "
+                f"{offset}, {c_float(scale)});")
+        kernel = "concat_part_dequantize"
+    return Case(f"{kernel} {outer}x{part}x{inner} into {total}", kernel, call, [x], ref.view(np.int8),
+                {"elem": x.size}, (off,), oo, prefill=pre.view(np.int8))
 
 
 def resize_tables(n_in, n_out):

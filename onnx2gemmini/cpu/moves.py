@@ -117,17 +117,25 @@ class Remap(CpuKernel):
         return [costs.remap_terms(x.shape or (1,), y.shape or (1,), self.index)]
 
 
+F32_COPY_PART = CFunction("o2g_concat_part_f32", (("x", In("float")), ("y", Out("float")), ("outer", Int("size_t")),
+                                                  ("part_len", Int("size_t")), ("inner", Int("size_t")),
+                                                  ("total_len", Int("size_t")), ("offset", Int("size_t"))))
+DEQUANTIZE_PART = CFunction("o2g_concat_part_dequantize", (X, ("y", Out("float")), ("outer", Int("size_t")),
+                                                          ("part_len", Int("size_t")), ("inner", Int("size_t")),
+                                                          ("total_len", Int("size_t")), ("offset", Int("size_t")),
+                                                          ("scale", Float())))
 CONCAT_PART = CFunction("o2g_concat_part", (X, Y, ("outer", Int("size_t")), ("part_len", Int("size_t")),
                                             ("inner", Int("size_t")), ("total_len", Int("size_t")),
                                             ("offset", Int("size_t")), ("in_scale", Float()),
                                             ("out_scale", Float())))
 
 
-@cpu_kernel("concat", CONCAT_PART)
+@cpu_kernel("concat", CONCAT_PART, F32_COPY_PART, DEQUANTIZE_PART)
 @dataclass(frozen=True)
 class Concat(CpuKernel):
     """numpy.concatenate, each input requantized to the output's scale where it has another one, or, with
-    `keeps_scales` (a model output with one scale per index, quantize.py), copied as it is. Inputs marked
+    `keeps_scales` (a model output with one scale per index, quantize.py), copied as it is; with `float_out`
+    (a float32 model output) each int8 input dequantized at its scale, float32 ones copied. Inputs marked
     `in_place` were written into their channels by their producer (slices.py): not copied again."""
 
     axis: int
@@ -135,17 +143,35 @@ class Concat(CpuKernel):
     out_scale: float
     in_place: tuple[bool, ...] = ()
     keeps_scales: bool = False
+    float_out: bool = False
 
     def part_scales(self) -> tuple[float, ...]:
         """The scale each input is written at: the output's, or with `keeps_scales` its own."""
         return self.in_scales if self.keeps_scales else (self.out_scale,) * len(self.in_scales)
 
     def run(self, inputs, out_shapes):
+        if self.float_out:  # x * scale in float32, as onnxruntime's DequantizeLinear
+            return [np.concatenate([x if x.dtype == np.float32 else x.astype(np.float32) * np.float32(s)
+                                    for x, s in zip(inputs, self.in_scales)], axis=self.axis)]
         return [kernels.concat(inputs, self.axis, self.in_scales, self.part_scales())]
+
+    def float_bound(self, input_bounds: list[float | None]) -> float:
+        """The largest magnitude a float32 output can hold: 128 steps of each int8 input's scale, or the
+        bound of a float32 input."""
+        return max(b if b is not None else 128.0 * s for b, s in zip(input_bounds, self.in_scales))
 
     def calls(self, site: CallSite):
         y = site.outputs[0]
         outer, total, inner = split(y.shape, self.axis)
+        if self.float_out:
+            calls, offset = [], 0
+            for x, scale in zip(site.inputs, self.in_scales):
+                n = x.shape[self.axis]
+                calls.append(CCall(F32_COPY_PART, (x.arg(), y.arg(), outer, n, inner, total, offset))
+                             if x.dtype == "float32" else
+                             CCall(DEQUANTIZE_PART, (x.arg(), y.arg(), outer, n, inner, total, offset, scale)))
+                offset += n
+            return calls
         if y.shape and self.axis == len(y.shape) - 1:
             total = y.row_stride             # itself a slice of a wider buffer: rows are that wide
         calls, offset = [], 0
@@ -161,12 +187,18 @@ class Concat(CpuKernel):
     def cost_parts(self, site: CallSite):
         parts = []
         for call in self.calls(site):
+            if self.float_out:  # a float copy, or a dequantization: priced as the int8 copy and requantization
+                outer, part, inner, total = call.args[2:6]
+                parts.append(costs.concat_terms(outer, part, inner, total, call.function is F32_COPY_PART))
+                continue
             outer, part, inner, total, _, in_scale, out_scale = call.args[2:9]
             parts.append(costs.concat_terms(outer, part, inner, total,
                                             float(np.float32(in_scale)) == float(np.float32(out_scale))))
         return parts
 
     def golden(self, site: CallSite) -> Tolerance:
+        if self.float_out:
+            return super().golden(site)  # DequantizeLinear multiplies in float32 too
         if any(s != t for s, t in zip(self.in_scales, self.part_scales())):
             return FLOAT_REORDERING   # a requantized input: DQ then Q in float32
         return super().golden(site)
@@ -194,3 +226,38 @@ class Lut(CpuKernel):
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_REORDERING    # onnxruntime evaluates the function in float between DQ and Q
+
+
+LUT_F32 = CFunction("o2g_lut_f32", (X, ("y", Out("float")), ("count", Int("size_t")), ("table", List("float"))))
+# onnxruntime evaluates a function with MLAS's approximations (its Sigmoid is within 1.7e-7 of the exact
+# value, absolute, down to the smallest outputs); the table holds the function rounded once to float32.
+FLOAT_FUNCTION = Tolerance(1, 1.0, "onnxruntime's float32 function approximations: within 2^-20 of the "
+                                   "largest value the table holds")
+
+
+@cpu_kernel("lut_f32", LUT_F32)
+@dataclass(frozen=True)
+class FloatLut(CpuKernel):
+    """y = table[x + 128] in float32: a unary activation's exact values at the 256 int8 inputs, for a model
+    output kept float (quantize.float_tensors)."""
+
+    table: tuple[float, ...]
+
+    def run(self, inputs, out_shapes):
+        return [np.asarray(self.table, np.float32)[inputs[0].astype(np.int16) + 128]]
+
+    def float_bound(self, input_bounds: list[float | None]) -> float:
+        """The largest magnitude the output can hold (its comparison unit is 2^-20 of it, compare.py)."""
+        finite = np.abs(np.asarray(self.table, np.float64))
+        finite = finite[np.isfinite(finite)]
+        return float(finite.max()) if finite.size else 0.0
+
+    def calls(self, site: CallSite):
+        x = site.inputs[0]
+        return [CCall(LUT_F32, (x.arg(), site.outputs[0].arg(), x.size, self.table))]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.lut_terms(site.inputs[0].size)]
+
+    def golden(self, site: CallSite) -> Tolerance:
+        return FLOAT_FUNCTION

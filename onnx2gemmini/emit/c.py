@@ -194,7 +194,8 @@ class CProgram:
             "/*",
             f" * {c_comment(plan.model_name)} for Gemmini. Write every float32 input (ONNX layout) into",
             f" * {p}_inputs[i], call {p}_run(), read the int8 outputs (ONNX layout) from {p}_outputs[i]",
-            f" * (real value = int8 * {p}_output_scales[i], or per index: see {p}_output_scale_axis).",
+            f" * (real value = int8 * {p}_output_scales[i], or per index: see {p}_output_scale_axis); an output",
+            f" * with {p}_output_elem_bytes[i] == 4 holds float32 real values instead (scale 1).",
             " * Static memory only; not reentrant.",
             " */",
             f"#define {P}_NUM_INPUTS {len(plan.inputs)}",
@@ -212,7 +213,9 @@ class CProgram:
             scale = (f"scale {c_float(t.scale or 1.0)}" if t.scale_axis is None else
                      f"scales per index along axis {t.scale_axis}: "
                      + ", ".join(f"{n} x {c_float(v)}" for n, v in t.scale_runs()))
-            lines.append(f"/* output {i}: '{c_comment(t.onnx_name)}' int8 {list(t.onnx_shape)}, {scale} */")
+            if t.dtype == "float32":
+                scale = "real values"
+            lines.append(f"/* output {i}: '{c_comment(t.onnx_name)}' {t.dtype} {list(t.onnx_shape)}, {scale} */")
         lines += [
             "",
             f"extern float *const {p}_inputs[{P}_NUM_INPUTS];",
@@ -220,6 +223,7 @@ class CProgram:
             f"extern const char *const {p}_input_names[{P}_NUM_INPUTS];",
             f"extern const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS];",
             f"extern const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]; /* values */",
+            f"extern const size_t {p}_output_elem_bytes[{P}_NUM_OUTPUTS]; /* 1: int8, 4: float32 */",
             f"extern const float {p}_output_scales[{P}_NUM_OUTPUTS];",
             f"/* An output that joins ranges keeps one scale per index along one axis (ONNX layout): then",
             f"   {p}_output_scale_axis[i] >= 0, value j along it has scale {p}_output_axis_scales[i][j], and",
@@ -306,8 +310,12 @@ class CProgram:
         return (table(f"float *const {p}_inputs[{P}_NUM_INPUTS]", [self.input_sym[i] for i in ins])
                 + table(f"const size_t {p}_input_sizes[{P}_NUM_INPUTS]", [str(self.elems(i)) for i in ins])
                 + table(f"const char *const {p}_input_names[{P}_NUM_INPUTS]", [c_string(t[i].onnx_name) for i in ins])
-                + table(f"const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS]", [self.ptr(o) for o in outs])
+                + table(f"const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS]",
+                        [self.ptr(o) if t[o].dtype == "int8" else f"(const int8_t *)(const void *){self.ptr(o)}"
+                         for o in outs])
                 + table(f"const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]", [str(self.elems(o)) for o in outs])
+                + table(f"const size_t {p}_output_elem_bytes[{P}_NUM_OUTPUTS]",
+                        [str(np.dtype(t[o].dtype).itemsize) for o in outs])
                 + table(f"const float {p}_output_scales[{P}_NUM_OUTPUTS]", [c_float(t[o].scale or 1.0) for o in outs])
                 + [line for k, o in enumerate(outs) if t[o].scale_axis is not None
                    for line in table(f"static const float {p}_output{k}_axis_scales[{len(t[o].axis_scales)}]",
@@ -472,7 +480,7 @@ class CProgram:
         default, layers = selftest_checks(plan, False), selftest_checks(plan, True)
 
         def values(prefix: str, checks: list[Check]):
-            return [(f"{p}_{prefix}_{k}", np.asarray(expected[c.tensor], np.int8).reshape(-1))
+            return [(f"{p}_{prefix}_{k}", np.asarray(expected[c.tensor], check_dtype(plan, c)).reshape(-1))
                     for k, c in enumerate(checks)]
         data, dtable = blob(inputs + values("expect", default))
         layer_data, ltable = blob(values("layer_expect", layers))
@@ -511,18 +519,27 @@ class CProgram:
             lines.append(f"const struct o2g_check {self.p}_checks[] = {{")
             for check, (sym, _, _) in zip(checks, table):
                 t = self.plan.tensors[check.tensor]
-                if t.dtype != "int8":
-                    raise UnsupportedError(f"C back end: self-test check of {t.dtype} tensor {t.id}")
+                check_dtype(self.plan, check)
                 width = t.shape[-1] if t.shape else 1
                 rows = int(np.prod(t.shape, dtype=np.int64)) // max(width, 1)
                 tol = check.tolerance
-                lines.append(f"    {{{check.step}, {c_string(t.onnx_name or t.id)}, {self.ptr(t.id)}, {rows}, {width}, "
+                data = self.ptr(t.id) if t.dtype == "int8" else f"(int8_t *)(void *){self.ptr(t.id)}"
+                lines.append(f"    {{{check.step}, {c_string(t.onnx_name or t.id)}, {data}, {rows}, {width}, "
                              f"{self.plan.row_stride(t.id) if t.shape else 1}, {sym}, {tol.lsb}, "
-                             f"{tol.allowed(rows * width)}, {int(check.tensor in outputs)}}},")
+                             f"{tol.allowed(rows * width)}, {int(check.tensor in outputs)}, "
+                             f"{np.dtype(t.dtype).itemsize}}},")
             lines.append("};")
         lines += ["#endif", f"const size_t {self.p}_num_checks = sizeof {self.p}_checks / sizeof {self.p}_checks[0];",
                   ""]
         return "\n".join(lines)
+
+
+def check_dtype(plan, check: Check) -> np.dtype:
+    """The element type of a checked tensor: int8, or float32 (a model output kept float)."""
+    t = plan.tensors[check.tensor]
+    if t.dtype not in ("int8", "float32"):
+        raise UnsupportedError(f"C back end: self-test check of {t.dtype} tensor {t.id}")
+    return np.dtype(t.dtype)
 
 
 def c_bool(v) -> str:

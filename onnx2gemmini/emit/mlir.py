@@ -1,6 +1,6 @@
 """model.mlir: the Plan as one buddy-mlir module (docs/mlir.md).
 
-* `func.func @forward(float inputs in ONNX layout..., int8 outputs in ONNX layout...)`, static shapes; the
+* `func.func @forward(float inputs in ONNX layout..., int8 (or float32) outputs in ONNX layout...)`, static shapes; the
   outputs are written in place (out-parameters), nothing is returned.
 * Gemmini steps become `gemmini.tile_matmul` / `gemmini.tile_conv` in generic form, with the layouts
   buddy-mlir's lowering reads (spec/buddy-mlir.md §1.3): dense identity-layout memrefs, conv input NHWC,
@@ -77,8 +77,10 @@ def emit_mlir(plan: Plan, command: str = "", check_steps: bool = False) -> str:
 
 def step_checks(plan: Plan) -> list[Check]:
     """The checks of a module emitted with check_steps, in hook order: every step's outputs (steps and
-    tensor ids of the densified plan, whose expected values the harness needs)."""
-    return selftest_checks(densify(plan), every_step=True)
+    tensor ids of the densified plan, whose expected values the harness needs). The hooks pass int8 memrefs:
+    a float32 model output is checked where @forward returns it."""
+    dense = densify(plan)
+    return [c for c in selftest_checks(dense, every_step=True) if dense.tensors[c.tensor].dtype == "int8"]
 
 
 def write_mlir(plan: Plan, path: "str | Path", command: str = "") -> None:
@@ -123,7 +125,8 @@ class _Module:
             "//   | buddy-translate -buddy-to-llvmir",
             "//   | buddy-llc -filetype=obj -mtriple=riscv64 -mattr=+xgemmini,+D -float-abi=hard -o model.o",
             "//   then link model.o with onnx2gemmini/runtime/o2g_mlir_abi.c (+ gemmini.h, the C runtime) and a main",
-            f"// @{ENTRY}: float inputs (ONNX layout), then int8 outputs (ONNX layout, written in place)",
+            f"// @{ENTRY}: float inputs (ONNX layout), then int8 outputs (float32 where kept float; ONNX layout, "
+            "written in place)",
         ]
         for tid in plan.inputs:
             t = plan.tensors[tid]
@@ -133,7 +136,9 @@ class _Module:
             scale = (f"scale {f32_literal(t.scale or 1.0)}" if t.scale_axis is None else
                      f"scales per index along axis {t.scale_axis}: "
                      + ", ".join(f"{n} x {f32_literal(v)}" for n, v in t.scale_runs()))
-            out.append(f"//   output %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} int8, {scale}")
+            if t.dtype == "float32":
+                scale = "real values"
+            out.append(f"//   output %{tid}: '{mlir_comment(t.onnx_name)}' {shape_tag(t.shape)} {t.dtype}, {scale}")
         out.append("module {")
         for sym, types in sorted(self.decls.items()):
             out.append(f"  func.func private @{sym}({', '.join(types)}) {C_IFACE}")

@@ -83,9 +83,11 @@ def layer_rows(plan: Plan, node_ops: dict[str, str]) -> list[dict]:
 
 
 def output_entry(t) -> dict:
-    """A model output in report.json: name, ONNX shape, scale, and (when it keeps its concat inputs' scales)
-    `axis_scales`: the ONNX axis and one scale per index along it."""
-    entry = {"name": t.onnx_name, "shape": list(t.onnx_shape), "scale": t.scale}
+    """A model output in report.json: name, ONNX shape, dtype ("int8", or "float32": real values, scale 1),
+    scale, and (when it keeps its concat inputs' scales) `axis_scales`: the ONNX axis and one scale per index
+    along it."""
+    entry = {"name": t.onnx_name, "shape": list(t.onnx_shape), "dtype": t.dtype,
+             "scale": 1.0 if t.dtype == "float32" else t.scale}
     if t.scale_axis is not None:
         entry["axis_scales"] = {"axis": t.scale_axis, "scales": list(t.axis_scales)}
     return entry

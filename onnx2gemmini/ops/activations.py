@@ -2,6 +2,8 @@
 
 table[q + 128] = quantize(f(q * s_in), s_out): every int8 input has exactly one output, so the table is
 the whole function. onnxruntime evaluates f in float between DQ and Q; the two agree within 1 LSB.
+Where quantize.float_tensors keeps the output float32 (a model output: a detector's sigmoid scores), the
+table holds f(q * s_in) itself, computed in float64 and rounded once to float32.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ def _hard_sigmoid(x, alpha, beta):
     return np.clip(alpha * x + beta, 0, 1)
 
 
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875  # ONNX's defaults (float32)
+
 FUNCTIONS = {
     "Sigmoid": lambda x, a: 1 / (1 + np.exp(-x)),
     "Tanh": lambda x, a: np.tanh(x),
@@ -30,7 +34,7 @@ FUNCTIONS = {
     "HardSwish": lambda x, a: x * _hard_sigmoid(x, 1 / 6, 0.5),
     "LeakyRelu": lambda x, a: np.where(x >= 0, x, a.get("alpha", 0.01) * x),
     "Elu": lambda x, a: np.where(x > 0, x, a.get("alpha", 1.0) * (np.exp(x) - 1)),
-    "Selu": lambda x, a: a.get("gamma", 1.0507) * np.where(x > 0, x, a.get("alpha", 1.67326) * (np.exp(x) - 1)),
+    "Selu": lambda x, a: a.get("gamma", SELU_GAMMA) * np.where(x > 0, x, a.get("alpha", SELU_ALPHA) * (np.exp(x) - 1)),
     "Softplus": lambda x, a: np.log1p(np.exp(x)),
     "Softsign": lambda x, a: x / (1 + np.abs(x)),
     "Erf": lambda x, a: _erf(x),
@@ -44,6 +48,9 @@ FUNCTIONS = {
     "Log": lambda x, a: np.log(x),
 }
 SINCE = {"Gelu": 20, "HardSwish": 14}
+# Finite at every finite input, so a float32 table of them is too (Exp, Log, Sqrt, Reciprocal and Pow may not be).
+FINITE = frozenset({"Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus",
+                    "Softsign", "Erf", "Gelu", "Neg", "Abs"})
 
 
 def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
@@ -53,21 +60,40 @@ def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
     return tuple(int(v) for v in quantize(y, s_out))
 
 
+def float_table(fn, attrs, s_in: float) -> tuple[float, ...]:
+    """f at every int8 input, in float64 rounded once to float32: the same table on every machine (NumPy's
+    float32 kernels may differ in their last bit between CPUs; a float64 result rarely lies that close to a
+    float32 rounding boundary)."""
+    x = np.arange(-128, 128, dtype=np.float64) * float(np.float32(s_in))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        y = np.asarray(fn(x, attrs), np.float64).astype(np.float32)
+    return tuple(float(v) for v in y)
+
+
+def lut_step(node: NodeView, ctx: LowerContext, fn, attrs, what: str) -> Lowered:
+    """y = f(x) as one lookup table of the int8 input: int8 values, or float32 ones where the output is kept
+    float (cpu.FloatLut)."""
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.output, x.shape, x.layout)
+    if y.dtype == "float32":
+        params, kind = cpu.FloatLut(float_table(fn, attrs, x.scale)), "float32 lookup table (a model output)"
+    else:
+        params, kind = cpu.Lut(lookup_table(fn, attrs, x.scale, y.scale)), "int8 lookup table"
+    step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=params,
+                 reason=f"{what}: Gemmini has no such activation; {kind}")
+    return Lowered([step], [y])
+
+
 def gated(gate: tuple[str, tuple]):
     """x * f(x) for a fused gate (Fused.gate: f's op type and attributes)."""
     op, attrs = gate
     f = FUNCTIONS[op]
-    return lambda x, a: x * np.asarray(f(x, dict(attrs)), np.float32)
+    return lambda x, a: x * np.asarray(f(x, dict(attrs)), x.dtype)
 
 
 def lower_gated(node: NodeView, ctx: LowerContext) -> Lowered:
     """Mul(x, f(x)) as one lookup table of x (passes/fuse_gate.py)."""
-    x = ctx.tensor(node.inputs[0])
-    y = ctx.output(node.output, x.shape, x.layout)
-    table = lookup_table(gated(node.fused.gate), {}, x.scale, y.scale)
-    step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Lut(table),
-                 reason=f"x * {node.fused.gate[0]}(x): Gemmini has no such activation; int8 lookup table")
-    return Lowered([step], [y])
+    return lut_step(node, ctx, gated(node.fused.gate), {}, f"x * {node.fused.gate[0]}(x)")
 
 
 class _LutHandler(Handler):
@@ -76,11 +102,10 @@ class _LutHandler(Handler):
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         x = ctx.tensor(node.inputs[0])
-        y = ctx.output(node.output, x.shape, x.layout)
-        table = lookup_table(FUNCTIONS[node.op_type], dict(node.attrs), x.scale, y.scale)
-        step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Lut(table),
-                     reason=f"{node.op_type}: Gemmini has no such activation; int8 lookup table")
-        return Lowered([step], [y])
+        return lut_step(node, ctx, FUNCTIONS[node.op_type], dict(node.attrs), node.op_type)
+
+    def writes_float(self, node: NodeView) -> bool:
+        return node.op_type in FINITE
 
 
 for _op in FUNCTIONS:
@@ -102,9 +127,4 @@ class PowHandler(_LutHandler):
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         p = np.float32(node.const(node.inputs[1]).reshape(()))
-        x = ctx.tensor(node.inputs[0])
-        y = ctx.output(node.output, x.shape, x.layout)
-        table = lookup_table(lambda v, a: np.power(v, p), {}, x.scale, y.scale)
-        step = CpuOp(node.name, inputs=(x.id,), outputs=(y.id,), params=cpu.Lut(table),
-                     reason=f"Pow(x, {float(p):g}): Gemmini has no such activation; int8 lookup table")
-        return Lowered([step], [y])
+        return lut_step(node, ctx, lambda v, a: np.power(v, p), {}, f"Pow(x, {float(p):g})")

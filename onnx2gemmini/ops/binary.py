@@ -7,7 +7,7 @@ import numpy as np
 from .. import cpu
 from ..graph import NodeView
 from ..plan import CpuOp, Tensor
-from .activations import lower_gated
+from .activations import FINITE, lower_gated
 from .common import to_plain
 from .context import LowerContext
 from .registry import Handler, Lowered, handler
@@ -58,6 +58,9 @@ class _CpuBinary(Handler):
         if node.fused.gate:  # Mul(x, f(x)) fused into one lookup table of x
             return lower_gated(node, ctx)
         return lower_binary(node, ctx, f"{node.op_type}: Gemmini has no elementwise {node.op_type.lower()}")
+
+    def writes_float(self, node: NodeView) -> bool:
+        return bool(node.fused.gate) and node.fused.gate[0] in FINITE  # a gate's lookup table
 
 
 for _op in ("Sub", "Mul", "Div"):

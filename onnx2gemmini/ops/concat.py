@@ -1,7 +1,8 @@
 """Concat: an int8 copy on the CPU. Its inputs share its scale when quantize.py could tie them (then the
 copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requantized on the way.
 A model output that keeps its inputs' scales (quantize.segmented_concats) copies every input as it is and
-carries one scale per index along the axis. After lowering, slices.concat_in_place lets Gemmini producers
+carries one scale per index along the axis, or, kept float32 (quantize.float_tensors), dequantizes each int8
+input at its own scale and copies the float32 ones (a detector's sigmoid scores). After lowering, slices.concat_in_place lets Gemmini producers
 write their channels in place instead."""
 from __future__ import annotations
 
@@ -49,24 +50,37 @@ class ConcatHandler(Handler):
             converted = _each_once(lambda t: to_plain(node, ctx, t, lowered), list(sources.values()))
             y = ctx.output(node.output, out_shape)
         sources = dict(zip(sources, converted))
+        floats = y.dtype == "float32"
         segments = ctx.quant.axis_scales.get(node.output)
-        if segments is not None:
+        if segments is not None and not floats:
             y = dataclasses.replace(y, scale_axis=segments[0], axis_scales=segments[1])
         lowered.tensors.append(y)
         ids, scales = [], []
         for k, name in enumerate(names):
             if name in sources:
                 ids.append(sources[name].id)
-                scales.append(sources[name].scale)
+                scales.append(1.0 if sources[name].dtype == "float32" else sources[name].scale)
                 continue
             # a constant operand (ViT's class token): int8 at the output's scale (with axis scales, its own),
             # as the golden's Q makes it
             value = np.asarray(node.const(name), np.float32)
+            value = value.transpose(0, 2, 3, 1) if nhwc else value
             cid = ctx.const_id(node.name, f"const{k}")
+            if floats:  # written as it is
+                lowered.constants[cid] = np.ascontiguousarray(value)
+                ids.append(cid)
+                scales.append(1.0)
+                continue
             scale = y.scale if segments is None else _own_scale(segments, names, k, node)
-            lowered.constants[cid] = quantize(value.transpose(0, 2, 3, 1) if nhwc else value, scale)
+            lowered.constants[cid] = quantize(value, scale)
             ids.append(cid)
             scales.append(scale)
+        if floats:
+            lowered.steps.append(CpuOp(node.name, inputs=tuple(ids), outputs=(y.id,),
+                                       params=cpu.Concat(axis, tuple(scales), 1.0, float_out=True),
+                                       reason="concatenation into a float32 model output: each int8 input "
+                                              "dequantized at its own scale, float32 inputs copied"))
+            return lowered
         keeps = segments is not None
         requant = not keeps and any(s != y.scale for s in scales)
         reason = ("concatenation is a memory copy" + (" with requantization of inputs at another scale" if requant

@@ -31,9 +31,12 @@ class LowerContext:
         return self.quant.weights[node_name]
 
     def output(self, onnx_name: str, shape: tuple[int, ...], layout: str = "plain",
-               view_of: str | None = None, dtype: str = "int8") -> Tensor:
-        """The plan tensor for a node output (scale from the QuantTable)."""
-        scale = self.quant.scales.get(onnx_name)
+               view_of: str | None = None, dtype: str | None = None) -> Tensor:
+        """The plan tensor for a node output: int8 with its scale from the QuantTable, or float32 (scale
+        None: the values are real) where the table keeps it float (quantize.float_tensors)."""
+        if dtype is None:
+            dtype = "float32" if onnx_name in self.quant.float_tensors else "int8"
+        scale = None if dtype == "float32" else self.quant.scales.get(onnx_name)
         return Tensor(self.tensor_ids[onnx_name], onnx_name, tuple(shape), dtype, layout, scale,
                       "activation", view_of)
 

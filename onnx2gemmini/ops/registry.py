@@ -63,6 +63,11 @@ class Handler:
         scale per tensor only."""
         return None
 
+    def writes_float(self, node: NodeView) -> bool:
+        """True: the lowering can write this node's output as float32 when quantize.float_tensors asks (a
+        lookup table of float32 values instead of int8 ones)."""
+        return False
+
     def lower(self, node: NodeView, ctx: Any) -> Lowered:  # pragma: no cover - abstract
         raise NotImplementedError
 

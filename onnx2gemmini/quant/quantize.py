@@ -68,6 +68,9 @@ class QuantTable:
     # Model outputs made by a Concat whose inputs keep their own scales: tensor -> (axis, one scale per
     # index along it); `scales` then holds the largest of them.
     axis_scales: dict[str, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
+    # Tensors the int8 code writes as float32 (float_tensors): no Q/DQ in the golden; `scales` still holds
+    # their calibrated range, for reports.
+    float_tensors: frozenset = frozenset()
 
     def value_scales(self, tensor: str, rank: int):
         """The scale of every value of `tensor` (ONNX layout): one float32, or with axis scales an array of
@@ -92,6 +95,31 @@ def segmented_concats(graph: Graph, handlers, fixed) -> list:
     return [n for n in graph.nodes if handlers[n.name].output_scale == "shared" and n.op_type == "Concat"
             and graph.is_graph_output(n.outputs[0]) and not graph.consumers(n.outputs[0])
             and n.outputs[0] not in fixed and sum(1 for i in n.inputs if i) > 1]
+
+
+def float_tensors(graph: Graph, handlers, segmented) -> frozenset:
+    """Tensors a float CPU step writes as float32 instead of int8: a model output made by a lookup-table
+    activation (a detector's sigmoid scores, mostly far below their largest value, keep their precision
+    there), and a segmented concat's output with those of its inputs that such an activation makes for it
+    alone, where there is one (each other input is dequantized at its own scale on the way). 4-D tensors stay int8: they are
+    stored NHWC and reach the output through an int8 transpose."""
+    def float_writer(tensor: str) -> bool:
+        node = graph.producer(tensor)
+        return (node is not None and len(graph.shapes.get(tensor, ())) != 4
+                and handlers[node.name].writes_float(NodeView(node, graph)))
+
+    chosen: set[str] = set()
+    by_output = {n.outputs[0]: n for n in segmented}
+    for vo in graph.outputs:
+        if float_writer(vo.name):
+            chosen.add(vo.name)
+        elif vo.name in by_output and len(graph.shapes.get(vo.name, ())) != 4:
+            node = by_output[vo.name]
+            floats = {i for i in node.inputs if i and float_writer(i)
+                      and {c.name for c in graph.consumers(i)} == {node.name}}
+            if floats:  # else the int8 bytes with one scale per segment lose nothing
+                chosen.update(floats | {vo.name})
+    return frozenset(chosen)
 
 
 JOINED_RATIO = 100.0  # a concat joining ranges further apart than this is worth a warning
@@ -280,7 +308,7 @@ def fixed_weight_scale(graph: Graph, handler, view: NodeView):
 
 def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, float], method: str,
                 num_samples: int, means: dict | None = None, weight_group: int = 0,
-                keep_float: frozenset = frozenset(), rounder=None) -> QuantTable:
+                keep_float: frozenset = frozenset(), rounder=None, float_outputs: bool = True) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order.
 
     With `means` (per-channel input means from calibration) biases are corrected for the mean error
@@ -290,7 +318,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
     node name (ops.registry.handlers_for), for its scale rule and its weights. `keep_float`: node names whose
     weights stay float32 (--keep-float, ops/keep_float.py): they get an output scale but no weight entry.
     `rounder` (adaround.Rounder, --adaround): rounds the weights of the layers it handles, at the scales
-    chosen here, to minimise their output error instead of to the nearest integer.
+    chosen here, to minimise their output error instead of to the nearest integer. `float_outputs`: model
+    outputs that a lookup table or a segmented concat makes are written as float32 (float_tensors).
     A node that writes int32 accumulators (Fused.accumulate) gets one weight scale and the accumulator's
     scale s_in*s_w as its output's.
     """
@@ -349,5 +378,6 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
         if len(set(per_index)) > 1:
             axis_scales[node.outputs[0]] = (axis, per_index)
         scales[node.outputs[0]] = max(per_index)  # equal scales everywhere: the one scale, bytes copied as they are
+    floats = float_tensors(graph, handlers, segmented) if float_outputs else frozenset()
     return QuantTable(scales, weights, dict(amax), method, num_samples, weight_group, frozenset(keep_float),
-                      tuple(rounder.rounded) if rounder is not None else (), axis_scales)
+                      tuple(rounder.rounded) if rounder is not None else (), axis_scales, floats)

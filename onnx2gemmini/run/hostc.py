@@ -1,6 +1,7 @@
 """Build the emitted C program (OUT/c/) with make and run it on this host: the third execution of a plan.
 
-`./model INPUT.bin OUTPUT.bin` reads the float32 inputs and writes the int8 outputs (CONTRACTS.md);
+`./model INPUT.bin OUTPUT.bin` reads the float32 inputs and writes the int8 outputs, float32 where an output is
+kept float (CONTRACTS.md);
 this module writes INPUT.bin, runs it and reads OUTPUT.bin back, so tests and `diff` can hold the C
 program's bytes against the emulator's.
 """
@@ -77,14 +78,16 @@ def input_bytes(plan: Plan, inputs: dict[str, np.ndarray]) -> bytes:
 
 
 def split_outputs(plan: Plan, data: bytes) -> dict[str, np.ndarray]:
-    """OUTPUT.bin -> int8 arrays by output tensor id, each in its storage shape."""
+    """OUTPUT.bin -> arrays by output tensor id (int8, or float32 where the output is kept float), each in its
+    storage shape."""
     expected = sum(plan.tensors[t].nbytes for t in plan.outputs)
     if len(data) != expected:
         raise RunFailed(f"OUTPUT.bin has {len(data)} bytes, expected {expected}")
     result, offset = {}, 0
     for tid in plan.outputs:
         t = plan.tensors[tid]
-        result[tid] = np.frombuffer(data, np.int8, t.nbytes, offset).reshape(t.shape).copy()
+        values = t.nbytes // np.dtype(t.dtype).itemsize
+        result[tid] = np.frombuffer(data, np.dtype(t.dtype).newbyteorder("<"), values, offset).reshape(t.shape).copy()
         offset += t.nbytes
     return result
 

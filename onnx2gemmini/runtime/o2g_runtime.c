@@ -1017,6 +1017,22 @@ void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table)
     o2g_lut_run(x, y, count, table + 128);
 }
 
+void o2g_lut_f32(const int8_t *x, float *y, size_t count, const float *table)
+{
+    const float *const t = table + 128;
+    float *const end = y + (count & ~(size_t)3);
+    while (y < end) {
+        y[0] = t[x[0]];
+        y[1] = t[x[1]];
+        y[2] = t[x[2]];
+        y[3] = t[x[3]];
+        x += 4;
+        y += 4;
+    }
+    for (count &= 3; count > 0; count--)
+        *y++ = t[*x++];
+}
+
 /* ---- sums in NumPy's order ------------------------------------------------------------------------- */
 
 /* float32 values produced on demand: ARRAY f[k]; TABLE t[x[k]] (t = table + 128); DEQ x[k] * scale;
@@ -1362,6 +1378,29 @@ void o2g_concat_part(const int8_t *x, int8_t *y, size_t outer, size_t part_len, 
     for (o = 0; o < outer; o++, x += run, y += total_len * inner)
         for (i = 0; i < run; i++)
             y[i] = o2g_requantize(x[i], in_scale, out_scale);
+}
+
+void o2g_concat_part_f32(const float *x, float *y, size_t outer, size_t part_len, size_t inner, size_t total_len,
+                         size_t offset)
+{
+    const size_t run = part_len * inner;
+    size_t o, i;
+    y += offset * inner;
+    for (o = 0; o < outer; o++, x += run, y += total_len * inner)
+        for (i = 0; i < run; i++)
+            y[i] = x[i];
+}
+
+/* (float)x * scale, one rounding: onnxruntime's DequantizeLinear */
+void o2g_concat_part_dequantize(const int8_t *x, float *y, size_t outer, size_t part_len, size_t inner,
+                                size_t total_len, size_t offset, float scale)
+{
+    const size_t run = part_len * inner;
+    size_t o, i;
+    y += offset * inner;
+    for (o = 0; o < outer; o++, x += run, y += total_len * inner)
+        for (i = 0; i < run; i++)
+            y[i] = (float)x[i] * scale;
 }
 
 /* ---- linear resize ------------------------------------------------------------------------------- */

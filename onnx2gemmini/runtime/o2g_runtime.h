@@ -98,6 +98,11 @@ void o2g_remap(const int8_t *x, int8_t *y, int rank, const int *in_shape, const 
  * even, saturate) when the scales differ. */
 void o2g_concat_part(const int8_t *x, int8_t *y, size_t outer, size_t part_len, size_t inner,
                      size_t total_len, size_t offset, float in_scale, float out_scale);
+/* a float32 model output's concatenation: a float32 input copied, an int8 one dequantized (x * scale) */
+void o2g_concat_part_f32(const float *x, float *y, size_t outer, size_t part_len, size_t inner, size_t total_len,
+                         size_t offset);
+void o2g_concat_part_dequantize(const int8_t *x, float *y, size_t outer, size_t part_len, size_t inner,
+                                size_t total_len, size_t offset, float scale);
 
 /* ONNX Resize in linear mode, as onnxruntime's bilinear/trilinear kernels compute it in float32:
  * `naxes` interpolated axes of x (axes[], outermost first in ONNX order; every other axis has the
@@ -124,6 +129,8 @@ void o2g_resize_cubic(const int8_t *x, int8_t *y, int rank, const int *in_shape,
 
 /* y = table[x + 128]: a quantized activation function (exact). */
 void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table);
+/* y[k] = table[x[k] + 128] in float32: a float32 model output's activation */
+void o2g_lut_f32(const int8_t *x, float *y, size_t count, const float *table);
 
 /* Elementwise float32 op with NumPy broadcasting: each operand is int8 (dequantized with its scale)
  * or float32 (a constant); strides are in elements per output dimension (0 = broadcast). The

@@ -19,6 +19,7 @@ struct o2g_check {
     int max_lsb;              /* the largest difference allowed */
     size_t allowed;           /* how many values may differ (at most max_lsb each) */
     int output;               /* 1: the tensor is a model output (the FAIL line counts these values) */
+    int elem_bytes;           /* 1: int8 values; 4: float32 ones (a model output kept float), compared exactly */
 };
 
 void o2g_step_done(int step);

@@ -100,6 +100,21 @@ def concat(requantized=False):
     return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
 
 
+def float_outputs():
+    """A detector head as YOLOv8 exports it: boxes (ReLU, 0..) and class scores (a sigmoid) joined on axis 1,
+    plus a tanh read by nothing else: both model outputs are float32 (a float32 lookup table, int8 boxes
+    dequantized at their scale)."""
+    nodes = [("Transpose", ["x"], ["xt"], {"perm": [0, 2, 1]}),
+             ("MatMul", ["xt", "Wb"], ["b"], {}), ("Relu", ["b"], ["br"], {}),
+             ("Transpose", ["br"], ["boxes"], {"perm": [0, 2, 1]}),
+             ("MatMul", ["xt", "Wc"], ["c"], {}), ("Transpose", ["c"], ["ct"], {"perm": [0, 2, 1]}),
+             ("Sigmoid", ["ct"], ["scores"], {}),
+             ("Concat", ["boxes", "scores"], ["y"], {"axis": 1}),
+             ("Tanh", ["ct"], ["t"], {})]
+    return chain(nodes, {"x": [1, 8, 40]}, {"Wb": weights(21, 8, 4, std=20.0), "Wc": weights(22, 8, 3, std=2.0)},
+                 outputs=("y", "t"))
+
+
 def concat_in_place():
     """Concat(conv, CPU max-pool, 1x1 conv) whose conv inputs are written in place, and are read again
     through their row stride by a conv and a 1x1 (matmul) conv; the max-pool branch is copied."""
@@ -194,6 +209,7 @@ MODELS = {
     "concat_channels": lambda: concat(),
     "concat_requantized": lambda: concat(requantized=True),
     "concat_in_place": concat_in_place,
+    "float_outputs": float_outputs,
     "dense_block": dense_block,
     "conv_weight_scale_per_channel": lambda: conv_model(c=5, oc=6, post=("relu", "maxpool2_2_0")),
     "gemm_weight_scale_groups": lambda: gemm(),

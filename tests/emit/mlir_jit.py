@@ -109,13 +109,14 @@ class Jit:
     interface (`_mlir_ciface_forward`). With `expected` (one int8 array per @o2g_rt_check hook of a module
     emitted with check_steps), a call also returns per hook (values differing, largest difference, reached)."""
 
-    def __init__(self, text: str, lib: Path, output_shapes: list[tuple]):
+    def __init__(self, text: str, lib: Path, output_shapes: list[tuple], output_dtypes: list[str] | None = None):
         self.engine = ExecutionEngine(lower(text), opt_level=2, shared_libs=[str(lib)])
         self.lib = ctypes.CDLL(str(lib))
         self.output_shapes = output_shapes
+        self.output_dtypes = output_dtypes or ["int8"] * len(output_shapes)  # float32: an output kept float
 
     def __call__(self, inputs: list[np.ndarray], expected: list[np.ndarray] | None = None):
-        results = [np.full(shape, 0x5B, np.int8) for shape in self.output_shapes]
+        results = [np.full(shape, 0x5B, dtype) for shape, dtype in zip(self.output_shapes, self.output_dtypes)]
         arrays = [np.ascontiguousarray(x, np.float32) for x in inputs] + results
         args = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in arrays]
         expected = [np.ascontiguousarray(e, np.int8).reshape(-1) for e in expected or []]
@@ -133,7 +134,8 @@ class Jit:
 
 
 def run_isolated(text: str, lib: Path, output_shapes: list[tuple], samples: list[list[np.ndarray]],
-                 timeout: float = 300, expected: list[list[np.ndarray]] | None = None) -> list:
+                 timeout: float = 300, expected: list[list[np.ndarray]] | None = None,
+                 output_dtypes: list[str] | None = None) -> list:
     """Jit(...) over `samples` (with each sample's `expected` check values, see Jit) in a child process: the C
     adapter exits the process on a bad call, which must fail one test, not end the test run. The child is
     spawned, not forked: a fork of a test process that already runs threads (onnxruntime's pools, a pytest-xdist
@@ -142,7 +144,7 @@ def run_isolated(text: str, lib: Path, output_shapes: list[tuple], samples: list
     receive, send = context.Pipe(duplex=False)
     with tempfile.NamedTemporaryFile() as log:
         process = context.Process(target=_jit_child, args=(send, log.name, text, str(lib), output_shapes, samples,
-                                                            expected))
+                                                            expected, output_dtypes))
         process.start()
         send.close()
         try:
@@ -157,10 +159,10 @@ def run_isolated(text: str, lib: Path, output_shapes: list[tuple], samples: list
     return results
 
 
-def _jit_child(send, log_path: str, text: str, lib: str, output_shapes, samples, expected) -> None:
+def _jit_child(send, log_path: str, text: str, lib: str, output_shapes, samples, expected, output_dtypes) -> None:
     with open(log_path, "wb") as log:
         os.dup2(log.fileno(), 1)
-    jit = Jit(text, Path(lib), output_shapes)
+    jit = Jit(text, Path(lib), output_shapes, output_dtypes)
     send.send([jit(inputs, expected[i] if expected else None) for i, inputs in enumerate(samples)])
 
 

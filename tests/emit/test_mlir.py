@@ -323,6 +323,7 @@ MODELS = {
     "two_inputs_three_outputs": (lambda: _two_in_two_out(), ["memref.copy"]),
     **{name: (C_MODELS[name], ops) for name, ops in (
         ("concat_in_place", ["@o2g_rt_concat_part", "gemmini.tile_conv", "gemmini.tile_matmul"]),
+        ("float_outputs", ["@o2g_rt_lut_f32", "@o2g_rt_concat_part_f32", "@o2g_rt_concat_part_dequantize"]),
         ("batchnorm_scale_relu", ["@o2g_rt_affine"]),
         ("dense_block", ["@o2g_rt_affine", "@o2g_rt_concat_part"]),
         ("conv_weight_scale_per_channel", ["gemmini.tile_conv", "@o2g_rt_concat_part"]),
@@ -402,7 +403,7 @@ def run_step_checked(plan, lib, samples: list[dict]):
         expected.append([values[c.tensor] for c in checks])
     runs = mlir_jit.run_isolated(text, lib, [plan.tensors[t].shape for t in plan.outputs],
                                  [[sample[plan.tensors[t].onnx_name] for t in plan.inputs] for sample in samples],
-                                 expected=expected)
+                                 expected=expected, output_dtypes=[plan.tensors[t].dtype for t in plan.outputs])
     for sample, (got, results) in zip(samples, runs):
         for check, (differing, largest, reached) in zip(checks, results):
             count = int(np.prod(dense.tensors[check.tensor].shape))

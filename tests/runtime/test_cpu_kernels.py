@@ -86,6 +86,11 @@ def kernel_cases() -> list:
         c.append(B.clip_case(r, n, lo, hi, off, oo))
     for n, off, oo in [(0, 0, 0), (1, 0, 0), (15, 1, 2), (16, 0, 0), (17, 0, 5), (1000, 3, 0)]:
         c.append(B.lut_case(r, n, off, oo))
+    for n, off, oo in [(0, 0, 0), (1, 0, 0), (3, 1, 4), (4, 0, 0), (1001, 3, 8)]:
+        c.append(B.lut_f32_case(r, n, off, oo))
+    for outer, part, inner, total, offset, scale, oo in [(1, 3, 40, 7, 4, None, 0), (2, 4, 5, 9, 0, 0.37, 4),
+                                                         (3, 5, 1, 5, 0, None, 0), (1, 6, 7, 6, 0, 0.0123, 0)]:
+        c.append(B.concat_f32_case(r, outer, part, inner, total, offset, scale, oo=oo))
     # softmax (exps buffered, or one per distinct value through a table; pairwise or in-order sums)
     for outer, n, inner in [(1, 10, 1), (2, 300, 1), (3, 5, 4), (1, 1000, 1), (2, 7, 3), (1, 129, 1), (1, 300, 2), (4, 1, 1)]:
         c.append(B.softmax_case(r, outer, n, inner))
