@@ -62,7 +62,7 @@ class Compiled:
         return dequantize(self.plan, Emulator(self.plan).run(self.feeds(inputs)))
 
     def run_int8(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """int8 outputs by ONNX name (the bytes the Gemmini program produces)."""
+        """int8 outputs by ONNX name (the bytes the Gemmini program produces; float32 for an output kept float)."""
         out = Emulator(self.plan).run(self.feeds(inputs))
         return {self.plan.tensors[t].onnx_name: out[t] for t in self.plan.outputs}
 
