@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import onnx2gemmini as o2g
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.data import Dataset
+from onnx2gemmini.emit.report import calibration_text
 from onnx2gemmini.golden import build_float
 from onnx2gemmini.metrics import sqnr_db
 from onnx2gemmini.ort_session import session
@@ -111,18 +112,22 @@ def test_the_final_ranges_are_the_chosen_estimator_on_every_sample():
     assert default.quant.scales == forced.quant.scales
 
 
-def test_a_single_sample_cannot_be_split():
+@pytest.mark.parametrize("n", [1, selection.MIN_SAMPLES - 1])
+def test_too_few_samples_are_not_split(n):
+    """Below MIN_SAMPLES the default estimator is used, and the report says why."""
     model = sparse_map_model()
-    compiled = o2g.compile(model, calib={"x": sparse_map_data(1, 0)})
+    compiled = o2g.compile(model, calib={"x": sparse_map_data(n, 0)})
     assert compiled.calibration["chosen"] == selection.CANDIDATES[0]
     assert compiled.calibration["heldout_samples"] == 0 and compiled.calibration["candidates"] == []
+    assert f"{n} calibration sample(s): too few" in calibration_text(compiled.calibration)
+    assert o2g.compile(model, calib={"x": sparse_map_data(selection.MIN_SAMPLES, 0)}).calibration["candidates"]
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=0, max_value=300))
 def test_folds_judge_every_sample_at_most_once_and_never_fit_on_it(n):
     splits = selection.folds(n)
-    if n < 2:
+    if n < selection.MIN_SAMPLES:
         assert splits == []
         return
     held = [i for _, h in splits for i in h]
@@ -369,10 +374,10 @@ def test_the_report_says_what_the_refinement_changed(tmp_path):
 
 
 def test_too_few_samples_to_confirm_skip_the_refinement():
-    """Three samples: the confirming half would hold one sample, so nothing is tried (and with four, it is)."""
+    """Three samples: nothing is held out at all (selection.MIN_SAMPLES); with four, the refinement runs."""
     model = two_branch_model()
     few = o2g.compile(model, calib=two_branch_data(3, 0))
-    assert few.calibration["refined"]["units_tried"] == 0 and not few.calibration["refined"]["kept"]
+    assert "refined" not in few.calibration and few.calibration["heldout_samples"] == 0
     enough = o2g.compile(model, calib=two_branch_data(4, 0))
     assert enough.calibration["refined"]["units_tried"] > 0
 

@@ -205,11 +205,12 @@ def _default(value):
 
 
 def calibration_text(calibration: dict, name=str) -> str:
-    """One sentence on how the range estimator was chosen (quant/selection.py), or "" when it was forced;
+    """One sentence on how the range estimator was chosen (quant/selection.py): by held-out candidates, or why
+    not (too few samples), or "" when it was forced;
     `name` escapes a tensor name for the target text (the caller escapes the rest)."""
     scored = [c for c in calibration.get("candidates", []) if c.get("heldout_sqnr_db") is not None]
     if not scored:
-        return ""
+        return calibration.get("note", "")
     figures = ", ".join(f"{c['name']} {c['heldout_sqnr_db']:.2f} dB" for c in scored)
     margin = calibration.get("margin_db")
     lead = f", {margin:+.2f} dB over the next best" if margin is not None else ""

@@ -9,8 +9,10 @@ onnxruntime, which the int8 code matches bit for bit) on the samples it did not 
 candidate with the best output SQNR against the float model. The chosen estimator is then fitted on every
 sample. The split is k-fold (FOLDS folds): each judged sample is held out once, up to MAX_HELDOUT of them,
 and each fold fits on all the others (one split of 16 held-out samples of 64 chose percentile on MTCNN O-Net,
-2.4 dB below mse on the evaluation data; judging all 64 in four folds chose mse). A single sample cannot be
-split: the first candidate.
+2.4 dB below mse on the evaluation data; judging all 64 in four folds chose mse). Below MIN_SAMPLES nothing is
+judged and the first candidate is used: each fold would fit on one or two samples and judge one, a choice made
+by a single sample's noise, and it costs one QDQ build and run per candidate and fold (VGG11 compiled on two
+samples spent 28 s of 47 on it).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ METHODS = (AUTO,) + ESTIMATORS  # what --calib-method takes
 CANDIDATES = ("mse", "minmax", "entropy", "percentile")  # preferred first: ties keep the earlier one
 FOLDS = 4
 MAX_HELDOUT = 64  # samples the candidates are judged on, at most (each one QDQ run per candidate)
+MIN_SAMPLES = 4  # fewer calibration samples: no held-out choice (the module docstring)
 EXACT_DB = 200.0  # an output the candidate reproduces exactly counts as this SQNR
 
 
@@ -71,6 +74,9 @@ def auto(graph: Graph, found: Collected, table, handlers,
     choice = choose(graph, found, table, candidates, heldout)
     report = choice.report()
     ranges = found.ranges(choice.chosen)
+    if not heldout.splits:
+        report["note"] = (f"{found.data.num_samples} calibration sample(s): too few to judge the candidates on "
+                          f"held-out ones (at least {MIN_SAMPLES}); the default estimator, {choice.chosen}")
     if heldout.usable:
         changes, refinement = refine(graph, handlers, found, heldout, table, choice.chosen, candidates)
         ranges = apply(ranges, changes, found.ranges)
@@ -86,8 +92,8 @@ def forced(method: str) -> dict:
 def folds(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(fit, held-out) sample indices, FOLDS folds (fewer with fewer samples): every sample is judged once
     when there are at most MAX_HELDOUT, else MAX_HELDOUT spread evenly; each fold fits on all the samples it
-    does not judge. Nothing for a single sample."""
-    if n < 2:
+    does not judge. Nothing below MIN_SAMPLES."""
+    if n < MIN_SAMPLES:
         return []
     judged = np.arange(n) if n <= MAX_HELDOUT else np.unique(np.linspace(0, n - 1, MAX_HELDOUT).round().astype(int))
     k = min(FOLDS, len(judged))
