@@ -32,7 +32,11 @@ def accumulator_bound(b: np.ndarray, d: np.ndarray | None) -> int:
     128 * (largest column sum of |b|) + max|d|."""
     if b.ndim != 2:
         raise ValueError(f"accumulator_bound: expected a [K, J] matrix, got shape {b.shape}")
-    bound = 128 * int(np.abs(b.astype(np.int64)).sum(axis=0).max(initial=0))
+    columns = np.zeros(b.shape[1], np.int64)
+    for k0 in range(0, b.shape[0], K_CHUNK):  # int16 blocks: |-128| fits, and no int64 copy of a large weight
+        block = b[k0:k0 + K_CHUNK].astype(np.int16)
+        columns += np.abs(block, out=block).sum(axis=0, dtype=np.int64)
+    bound = 128 * int(columns.max(initial=0))
     if d is not None and d.size:
         bound += int(np.abs(d.astype(np.int64)).max())
     return bound
