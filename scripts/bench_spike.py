@@ -194,15 +194,6 @@ def lut_case(rng, n, off=0, oo=0) -> Case:
                 table[x.astype(np.int16) + 128], {"elem": n}, (off, 0), oo)
 
 
-def transpose_f32_case(rng, shape, perm, oo=0) -> Case:
-    """o2g_transpose_f32 (a float32 model output stored NHWC); compared as bytes (oo: a multiple of 4)."""
-    x = rng.normal(0, 1, shape).astype(np.float32)
-    return Case(f"transpose_f32 {'x'.join(map(str, shape))} perm {''.join(map(str, perm))}", "transpose_f32",
-                f"o2g_transpose_f32({{in0}}, (float *)(void *){{out}}, {len(shape)}, (const int[]){{{ints(shape)}}}, "
-                f"(const int[]){{{ints(perm)}}});", [x], np.ascontiguousarray(x.transpose(perm)).view(np.int8),
-                {"elem": x.size}, (0,), oo)
-
-
 def lut_f32_case(rng, n, off=0, oo=0) -> Case:
     """o2g_lut_f32: a float32 model output's table; the output is compared as bytes (oo: a multiple of 4)."""
     x, table = i8(rng, n), rng.normal(0, 1, 256).astype(np.float32)

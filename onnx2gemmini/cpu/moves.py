@@ -21,29 +21,21 @@ def split(shape, axis: int) -> tuple[int, int, int]:
 
 
 TRANSPOSE = CFunction("o2g_transpose", (X, Y, ("rank", Int()), ("shape", List("int")), ("perm", List("int"))))
-TRANSPOSE_F32 = CFunction("o2g_transpose_f32", (("x", In("float")), ("y", Out("float")), ("rank", Int()),
-                                                ("shape", List("int")), ("perm", List("int"))))
 
 
-@cpu_kernel("transpose", TRANSPOSE, TRANSPOSE_F32)
+@cpu_kernel("transpose", TRANSPOSE)
 @dataclass(frozen=True)
 class Transpose(CpuKernel):
-    """numpy.transpose of an int8 tensor (NHWC <-> NCHW moves, ONNX Transpose), or of a float32 one (a model
-    output kept float, stored NHWC)."""
+    """numpy.transpose of an int8 tensor (NHWC <-> NCHW moves, ONNX Transpose)."""
 
     perm: tuple[int, ...]
 
     def run(self, inputs, out_shapes):
         return [np.ascontiguousarray(inputs[0].transpose(self.perm))]
 
-    def float_bound(self, input_bounds: list[float | None]) -> float:
-        """A float32 transpose holds its input's values (compare.float_units)."""
-        return input_bounds[0]
-
     def calls(self, site: CallSite):
         x = site.inputs[0]
-        function = TRANSPOSE_F32 if x.dtype == "float32" else TRANSPOSE
-        return [CCall(function, (x.arg(), site.outputs[0].arg(), len(x.shape), x.shape, self.perm))]
+        return [CCall(TRANSPOSE, (x.arg(), site.outputs[0].arg(), len(x.shape), x.shape, self.perm))]
 
     def cost_parts(self, site: CallSite):
         return [costs.transpose_terms(site.inputs[0].shape, self.perm)]

@@ -16,15 +16,15 @@ def activation_code(node: NodeView) -> int:
 
 
 def to_plain(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> Tensor:
-    """`t` in ONNX layout: NHWC data whose order differs gets a transpose on the CPU (int8, or float32)."""
+    """`t` in ONNX layout: NHWC data whose order differs gets an int8 transpose on the CPU."""
     if t.layout != "NHWC":
         return t
     n, h, w, c = t.shape
     if h * w == 1 or c == 1:  # same byte order either way
-        view = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale, dtype=t.dtype, view_of=t.id)
+        view = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale, view_of=t.id)
         lowered.tensors.append(view)
         return view
-    out = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale, dtype=t.dtype)
+    out = ctx.temp(node.name, f"nchw_{t.id}", (n, c, h, w), t.scale)
     lowered.tensors.append(out)
     lowered.steps.append(CpuOp(node.name, inputs=(t.id,), outputs=(out.id,), params=cpu.Transpose((0, 3, 1, 2)),
                                reason=f"{node.op_type} reads ONNX (NCHW) order; Gemmini tensors are NHWC"))
@@ -45,10 +45,10 @@ def to_nhwc(node: NodeView, ctx: LowerContext, t: Tensor, lowered: Lowered) -> T
         return t
     n, c, h, w = t.shape
     if h * w == 1 or c == 1:
-        view = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC", dtype=t.dtype, view_of=t.id)
+        view = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC", view_of=t.id)
         lowered.tensors.append(view)
         return view
-    out = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC", dtype=t.dtype)
+    out = ctx.temp(node.name, f"nhwc_{t.id}", (n, h, w, c), t.scale, layout="NHWC")
     lowered.tensors.append(out)
     lowered.steps.append(CpuOp(node.name, inputs=(t.id,), outputs=(out.id,), params=cpu.Transpose((0, 2, 3, 1)),
                                reason="Gemmini convs read NHWC; this tensor arrives in ONNX order"))

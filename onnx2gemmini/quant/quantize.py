@@ -101,18 +101,19 @@ def float_tensors(graph: Graph, handlers, segmented) -> frozenset:
     """Tensors a float CPU step writes as float32 instead of int8: a model output made by a lookup-table
     activation (a detector's sigmoid scores, mostly far below their largest value, keep their precision
     there), and a segmented concat's output with those of its inputs that such an activation makes for it
-    alone, where there is one (each other input is dequantized at its own scale on the way). A 4-D one,
-    stored NHWC, reaches the output through a float32 transpose."""
+    alone, where there is one (each other input is dequantized at its own scale on the way). 4-D tensors stay int8: they are
+    stored NHWC and reach the output through an int8 transpose."""
     def float_writer(tensor: str) -> bool:
         node = graph.producer(tensor)
-        return node is not None and handlers[node.name].writes_float(NodeView(node, graph))
+        return (node is not None and len(graph.shapes.get(tensor, ())) != 4
+                and handlers[node.name].writes_float(NodeView(node, graph)))
 
     chosen: set[str] = set()
     by_output = {n.outputs[0]: n for n in segmented}
     for vo in graph.outputs:
         if float_writer(vo.name):
             chosen.add(vo.name)
-        elif vo.name in by_output:
+        elif vo.name in by_output and len(graph.shapes.get(vo.name, ())) != 4:
             node = by_output[vo.name]
             floats = {i for i in node.inputs if i and float_writer(i)
                       and {c.name for c in graph.consumers(i)} == {node.name}}

@@ -700,31 +700,6 @@ static void o2g_transpose2d(const int8_t *x, size_t sx, size_t na, int8_t *y, si
     }
 }
 
-/* float32: element by element, the output's last index fastest (one output tensor per model, not a hot path) */
-void o2g_transpose_f32(const float *x, float *y, int rank, const int *shape, const int *perm)
-{
-    size_t in_stride[O2G_MAX_RANK], idx[O2G_MAX_RANK], count = 1, k;
-    int d;
-    if (rank < 1 || rank > O2G_MAX_RANK)
-        return;
-    for (d = rank - 1; d >= 0; d--) {
-        in_stride[d] = count;
-        count *= (size_t)shape[d];
-        idx[d] = 0;
-    }
-    for (k = 0; k < count; k++) {
-        size_t from = 0;
-        for (d = 0; d < rank; d++)
-            from += idx[d] * in_stride[perm[d]];
-        y[k] = x[from];
-        for (d = rank - 1; d >= 0; d--) { /* next output index */
-            if (++idx[d] < (size_t)shape[perm[d]])
-                break;
-            idx[d] = 0;
-        }
-    }
-}
-
 void o2g_transpose(const int8_t *x, int8_t *y, int rank, const int *shape, const int *perm)
 {
     /* output dims after dropping size-1 dims and merging dims that stay adjacent: n[d] elements,

@@ -58,8 +58,6 @@ void o2g_dequantize_nhwc_to_nchw(const int8_t *x, float *y, int batches, int cha
  * shape is x's shape. */
 #define O2G_MAX_RANK 8
 void o2g_transpose(const int8_t *x, int8_t *y, int rank, const int *shape, const int *perm);
-/* the same for float32 values (a model output kept float, stored NHWC) */
-void o2g_transpose_f32(const float *x, float *y, int rank, const int *shape, const int *perm);
 
 /* [N*OH*OW][KH*KW*C] patches of an NHWC map, columns ordered (kh, kw, c) like
  * Gemmini's conv weights; padding reads 0. */

@@ -115,13 +115,6 @@ def float_outputs():
                  outputs=("y", "t"))
 
 
-def float_map():
-    """conv -> sigmoid: a 4-D probability map as a float32 model output (NHWC table output, float32
-    transpose to ONNX order)."""
-    return chain([("Conv", ["x", "W"], ["c"], {"pads": [1, 1, 1, 1]}), ("Sigmoid", ["c"], ["y"], {})],
-                 {"x": [1, 3, 6, 5]}, {"W": weights(23, 2, 3, 3, 3, std=1.0)})
-
-
 def concat_in_place():
     """Concat(conv, CPU max-pool, 1x1 conv) whose conv inputs are written in place, and are read again
     through their row stride by a conv and a 1x1 (matmul) conv; the max-pool branch is copied."""
@@ -217,7 +210,6 @@ MODELS = {
     "concat_requantized": lambda: concat(requantized=True),
     "concat_in_place": concat_in_place,
     "float_outputs": float_outputs,
-    "float_map": float_map,
     "dense_block": dense_block,
     "conv_weight_scale_per_channel": lambda: conv_model(c=5, oc=6, post=("relu", "maxpool2_2_0")),
     "gemm_weight_scale_groups": lambda: gemm(),

@@ -324,7 +324,6 @@ MODELS = {
     **{name: (C_MODELS[name], ops) for name, ops in (
         ("concat_in_place", ["@o2g_rt_concat_part", "gemmini.tile_conv", "gemmini.tile_matmul"]),
         ("float_outputs", ["@o2g_rt_lut_f32", "@o2g_rt_concat_part_f32", "@o2g_rt_concat_part_dequantize"]),
-        ("float_map", ["gemmini.tile_conv", "@o2g_rt_lut_f32", "@o2g_rt_transpose_f32"]),
         ("batchnorm_scale_relu", ["@o2g_rt_affine"]),
         ("dense_block", ["@o2g_rt_affine", "@o2g_rt_concat_part"]),
         ("conv_weight_scale_per_channel", ["gemmini.tile_conv", "@o2g_rt_concat_part"]),

@@ -88,9 +88,6 @@ def kernel_cases() -> list:
         c.append(B.lut_case(r, n, off, oo))
     for n, off, oo in [(0, 0, 0), (1, 0, 0), (3, 1, 4), (4, 0, 0), (1001, 3, 8)]:
         c.append(B.lut_f32_case(r, n, off, oo))
-    for shape, perm, oo in [((1, 6, 5, 3), (0, 3, 1, 2), 0), ((2, 4, 4, 1), (0, 3, 1, 2), 4), ((3, 7), (1, 0), 0),
-                            ((5,), (0,), 0), ((2, 3, 4, 5), (3, 1, 0, 2), 8)]:
-        c.append(B.transpose_f32_case(r, shape, perm, oo))
     for outer, part, inner, total, offset, scale, oo in [(1, 3, 40, 7, 4, None, 0), (2, 4, 5, 9, 0, 0.37, 4),
                                                          (3, 5, 1, 5, 0, None, 0), (1, 6, 7, 6, 0, 0.0123, 0)]:
         c.append(B.concat_f32_case(r, outer, part, inner, total, offset, scale, oo=oo))
