@@ -66,11 +66,10 @@ def float_units(plan) -> dict[str, float]:
     its kernel states, cpu FloatLut / Concat.float_bound)."""
     bounds: dict[str, float] = {}
     for step in plan.steps:
-        if not isinstance(step, CpuOp) or not hasattr(step.params, "float_bound"):
-            continue
-        for tid in step.outputs:
-            if plan.tensors[tid].dtype == "float32":
-                bounds[tid] = step.params.float_bound([bounds.get(i) for i in step.inputs])
+        if isinstance(step, CpuOp) and plan.tensors[step.outputs[0]].dtype == "float32":
+            bound = step.params.float_bound([bounds.get(i) for i in step.inputs])
+            if bound is not None:
+                bounds[step.outputs[0]] = bound
     return {tid: max(b * FLOAT_UNIT, float(np.finfo(np.float32).tiny)) for tid, b in bounds.items()}
 
 
@@ -198,7 +197,9 @@ class _Checker:
         self.holders = _holders(plan)
         self.units = float_units(plan)
 
-    def int8_value(self, buffers, onnx_name: str) -> np.ndarray:
+    def stored_value(self, buffers, onnx_name: str) -> np.ndarray:
+        """The emulator's value of an ONNX tensor in ONNX layout: int8 (int32 accumulators, or float32 for an
+        output kept float), as the plan stores it."""
         t = self.plan.tensors[self.holders[onnx_name]]
         return to_onnx_layout(t, self.emulator.get(buffers, t.id))
 
@@ -206,7 +207,7 @@ class _Checker:
         """A resadd layer's mismatches at positions its input rounding explains (numerics.resadd_explained)."""
         step, quant = layer.resadd, self.quant
         a_name, b_name = (self.plan.tensors[t].onnx_name for t in (step.A, step.B))
-        qa, qb = (np.broadcast_to(self.int8_value(buffers, n), diff.shape) for n in (a_name, b_name))
+        qa, qb = (np.broadcast_to(self.stored_value(buffers, n), diff.shape) for n in (a_name, b_name))
         may = resadd_explained(qa, qb, quant.scales[a_name], quant.scales[b_name], quant.scales[layer.tensor],
                                step.A_scale, step.B_scale, step.C_scale)
         return int(np.count_nonzero((diff != 0) & may))
@@ -235,10 +236,10 @@ class _Checker:
         layers = []
         for layer, (sess, feeds) in zip(self.layers, self.sub_sessions):
             holder = self.plan.tensors[self.holders[layer.tensor]]
-            ours = self.int8_value(buffers, layer.tensor)
+            ours = self.stored_value(buffers, layer.tensor)
             feed = {}
             for src, name in zip(layer.inputs, feeds):
-                q = self.int8_value(buffers, src)
+                q = self.stored_value(buffers, src)
                 feed[name] = q if q.dtype == np.float32 else q.astype(np.float32) * quant.value_scales(src, q.ndim)
             gold_layer = sess.run([layer.tensor], feed)[0]
             if holder.dtype == "float32":  # a float32 model output (or its activation)

@@ -75,8 +75,6 @@ class Tensor:
     def dequantize(self, q: np.ndarray) -> np.ndarray:
         """Real values of this tensor's int8 (or int32 accumulator, or float32) buffer (storage layout), as
         float32."""
-        if self.dtype == "float32":
-            return np.array(q, np.float32)
         return q.astype(np.float32) * self.scales()
 
 

@@ -5,16 +5,29 @@ evaluation of the QDQ model (which has no Q/DQ there), and the joined int8 input
 as onnxruntime's DequantizeLinear does."""
 from __future__ import annotations
 
+import dataclasses
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 from onnx import helper
+from onnx.numpy_helper import to_array as onnx_numpy
 
 import onnx2gemmini as o2g
 from onnx2gemmini.compare import FLOAT_UNIT, run_diff
+from onnx2gemmini.data import Dataset
+from onnx2gemmini.emit.c import check_dtype
+from onnx2gemmini.emit.checks import Check
 from onnx2gemmini.emit.report import build_report
+from onnx2gemmini.errors import UnsupportedError
 from onnx2gemmini.ops.activations import FINITE, FUNCTIONS, float_table
+from onnx2gemmini.ort_session import session
 from onnx2gemmini.plan import CpuOp
 from onnx2gemmini.quant import quantize
+from onnx2gemmini.run.emulator import Emulator
+from onnx2gemmini.tolerance import EXACT, FLOAT_REORDERING
 from tests.emit.c_models import float_outputs
 from tests.helpers import OPSET, infer_outputs, random_dataset
 
@@ -54,7 +67,6 @@ def test_the_comparison_unit_catches_a_wrong_table():
     k, lut = next((k, s) for k, s in enumerate(steps) if isinstance(s, CpuOp) and s.op == "lut_f32")
     bound = max(abs(v) for v in lut.params.table)
     table = tuple(float(np.float32(v + bound * 16 * FLOAT_UNIT)) for v in lut.params.table)
-    import dataclasses
     steps[k] = dataclasses.replace(lut, params=dataclasses.replace(lut.params, table=table))
     broken = dataclasses.replace(compiled, plan=dataclasses.replace(compiled.plan, steps=tuple(steps)))
     result = run_diff(broken, random_dataset(model, 2, 1, -6.0, 6.0))
@@ -70,7 +82,7 @@ def test_4d_and_unbounded_outputs_stay_int8():
 
 
 def test_a_concat_joining_scores_dequantizes_the_boxes_exactly():
-    model = float_outputs()
+    model = float_outputs(token=True)
     compiled = o2g.compile(model, calib=random_dataset(model, 8, 0))
     assert compiled.quant.float_tensors == {"scores", "y", "t"}
     plan = compiled.plan
@@ -80,13 +92,20 @@ def test_a_concat_joining_scores_dequantizes_the_boxes_exactly():
     assert result["verdict"]["passed"], result["verdict"]["failures"]
     concat = next(l for l in result["layers"] if l["op"] == "Concat")
     assert concat["mismatches_vs_ort_qdq"] == 0  # DequantizeLinear's one float32 multiply, and copies
-    # the box rows are the int8 boxes times their scale, bit for bit
-    emulator_boxes = compiled.run(data.sample(0))["y"][:, :4]
-    boxes = plan.tensors[next(t for t in plan.tensors.values() if t.onnx_name == "boxes").id]
-    assert np.all(np.abs(emulator_boxes / np.float32(boxes.scale) - np.rint(emulator_boxes / np.float32(boxes.scale)))
-                  < 1e-3)
+    # the box rows are the int8 boxes times their scale and the token rows the constant, bit for bit
+    emulator = Emulator(plan)
+    buffers = emulator.run(compiled.feeds(data.sample(0)), keep=True)
+    boxes = next(t for t in plan.tensors.values() if t.onnx_name == "boxes")
+    y = emulator.get(buffers, plan.outputs[0])
+    box_values = emulator.get(buffers, boxes.id).astype(np.float32) * np.float32(boxes.scale)
+    np.testing.assert_array_equal(y[:, :4], box_values)
+    np.testing.assert_array_equal(y[:, 7:], model_constant(model, "token"))
     report = build_report(compiled, {"total_s": 0.0})
     assert [(o["dtype"], o["scale"]) for o in report["model"]["outputs"]] == [("float32", 1.0)] * 2
+
+
+def model_constant(model, name: str) -> np.ndarray:
+    return next(onnx_numpy(t) for t in model.graph.initializer if t.name == name)
 
 
 def test_without_float_outputs_the_same_model_is_int8(monkeypatch):
@@ -126,8 +145,6 @@ def test_small_class_scores_keep_their_precision_as_float32(monkeypatch):
     """The calibration sees a few confident detections (scores to ~0.9), the evaluation mostly scores below
     0.1: as int8 at the sigmoid's calibrated scale the small scores keep a few levels each; as float32 they
     keep what the int8 logits hold. Negative control: the same model with int8 outputs."""
-    from onnx2gemmini.data import Dataset
-    from onnx2gemmini.ort_session import session
     model = scored_head()
     calib = Dataset({"x": scenes(32, 0, 10.0)}, None, "synthetic")
     evaluation = Dataset({"x": scenes(16, 1, 2.5)}, None, "synthetic")
@@ -151,9 +168,6 @@ def test_small_class_scores_keep_their_precision_as_float32(monkeypatch):
 def test_the_c_self_test_checks_float32_outputs(tmp_path):
     """The emitted program passes its self-test exactly; with one float32 table changed by one ulp everywhere it
     fails, naming the float32 tensor (negative control of the float comparison in selftest.c)."""
-    import re
-    import shutil
-    import subprocess
     if shutil.which("cc") is None or shutil.which("make") is None:
         pytest.skip("needs cc and make")
     model = float_outputs()
@@ -170,3 +184,14 @@ def test_the_c_self_test_checks_float32_outputs(tmp_path):
     (c_dir / "model.c").write_text(source[:start] + bumped + source[end:])
     run = subprocess.run(["make", "-s", "selftest"], cwd=c_dir, capture_output=True, text=True)
     assert run.returncode != 0 and "(float32)" in run.stdout and "FAIL:" in run.stdout, run.stdout[-2000:]
+
+
+def test_a_float32_check_with_a_tolerance_is_refused():
+    """selftest.c compares float32 values for equality: a float32 tensor checked with a stated tolerance (a
+    kernel that could differ from the emulator) is refused rather than compared wrongly."""
+    model = float_outputs()
+    plan = o2g.compile(model, calib=random_dataset(model, 4, 0)).plan
+    out = plan.outputs[0]
+    assert check_dtype(plan, Check(len(plan.steps) - 1, out, EXACT)) == np.float32
+    with pytest.raises(UnsupportedError, match="checked with a tolerance"):
+        check_dtype(plan, Check(len(plan.steps) - 1, out, FLOAT_REORDERING))

@@ -373,12 +373,15 @@ def test_the_report_says_what_the_refinement_changed(tmp_path):
     assert f"{len(refined['changes'])} tensor range(s) changed" in text
 
 
-def test_too_few_samples_to_confirm_skip_the_refinement():
-    """Three samples: nothing is held out at all (selection.MIN_SAMPLES); with four, the refinement runs."""
+def test_the_refinement_searches_and_confirms_on_two_samples_each_from_min_samples():
+    """Below selection.MIN_SAMPLES nothing is held out and nothing refined; at MIN_SAMPLES there are four folds,
+    so the searched and the confirming half hold two samples each, and the refinement runs."""
     model = two_branch_model()
-    few = o2g.compile(model, calib=two_branch_data(3, 0))
+    few = o2g.compile(model, calib=two_branch_data(selection.MIN_SAMPLES - 1, 0))
     assert "refined" not in few.calibration and few.calibration["heldout_samples"] == 0
-    enough = o2g.compile(model, calib=two_branch_data(4, 0))
+    splits = selection.folds(selection.MIN_SAMPLES)
+    assert [len(held) for _, held in splits] == [1, 1, 1, 1]
+    enough = o2g.compile(model, calib=two_branch_data(selection.MIN_SAMPLES, 0))
     assert enough.calibration["refined"]["units_tried"] > 0
 
 

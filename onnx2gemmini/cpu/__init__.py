@@ -17,8 +17,8 @@ from .table import KERNELS, CallSite, CpuKernel, Operand, Window
 from .windows import Avgpool, Dwconv, Im2col, Maxpool
 
 __all__ = ["KERNELS", "Affine", "Avgpool", "Binary", "CCall", "CFunction", "CallSite", "Clip", "Concat",
-           "CpuKernel", "Dwconv", "FloatConv", "FloatLut", "Gather", "Im2col", "LayerNorm", "Lrn", "Lut", "Maxpool", "Operand",
-           "Quantize", "Recurrent", "Reduce", "Remap", "ResizeCubic", "ResizeLinear", "Softmax", "TensorArg",
+           "CpuKernel", "Dwconv", "FloatConv", "FloatLut", "Gather", "Im2col", "LayerNorm", "Lrn", "Lut", "Maxpool",
+           "Operand", "Quantize", "Recurrent", "Reduce", "Remap", "ResizeCubic", "ResizeLinear", "Softmax", "TensorArg",
            "Transpose", "Window", "functions"]
 
 

@@ -72,6 +72,12 @@ class CpuKernel:
         """How far the op may be on `site` from onnxruntime running the QDQ model (EXACT: bit for bit)."""
         return EXACT
 
+    def float_bound(self, input_bounds: list[float | None]) -> float | None:
+        """The largest magnitude a float32 output of this op can hold, from its float32 inputs' bounds (None
+        for an int8 one): compare.float_units compares float32 tensors in units of it. None: the op writes
+        no float32 model output."""
+        return None
+
     def macs(self, site: CallSite) -> int:
         """Multiply-accumulates the op performs on the CPU (the report's MACs; 0: not a conv or matmul)."""
         return 0

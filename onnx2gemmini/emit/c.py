@@ -535,10 +535,13 @@ class CProgram:
 
 
 def check_dtype(plan, check: Check) -> np.dtype:
-    """The element type of a checked tensor: int8, or float32 (a model output kept float)."""
+    """The element type of a checked tensor: int8, or float32 (a model output kept float), which selftest.c
+    compares for equality only: its kernel must state no tolerance against the emulator."""
     t = plan.tensors[check.tensor]
     if t.dtype not in ("int8", "float32"):
         raise UnsupportedError(f"C back end: self-test check of {t.dtype} tensor {t.id}")
+    if t.dtype == "float32" and check.tolerance != EXACT:
+        raise UnsupportedError(f"C back end: float32 tensor {t.id} checked with a tolerance ({check.tolerance.why})")
     return np.dtype(t.dtype)
 
 

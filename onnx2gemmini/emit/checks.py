@@ -28,8 +28,8 @@ def selftest_checks(plan: Plan, every_step: bool) -> list[Check]:
     """What the self-test compares. By default the outputs of the steps whose C kernels may differ (each
     then resynchronized, so the steps after it run on the emulator's values) and the model outputs at the
     end; with `every_step` the outputs of every step (CHECK_LAYERS=1: a failure names its step).
-    The checks compare int8 values (float32 ones where an output is kept float): a full_C matmul's int32 accumulators are checked through the step
-    that reads them (an LSTM/GRU recurrence, always checked)."""
+    The checks compare int8 values, and float32 ones where an output is kept float: a full_C matmul's int32
+    accumulators are checked through the step that reads them (an LSTM/GRU recurrence, always checked)."""
     checks, seen = [], set()
     for i, step in enumerate(plan.steps):
         tol = c_tolerance(step)

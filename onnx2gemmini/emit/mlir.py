@@ -1,7 +1,7 @@
 """model.mlir: the Plan as one buddy-mlir module (docs/mlir.md).
 
-* `func.func @forward(float inputs in ONNX layout..., int8 (or float32) outputs in ONNX layout...)`, static shapes; the
-  outputs are written in place (out-parameters), nothing is returned.
+* `func.func @forward(float inputs in ONNX layout..., int8 (or float32) outputs in ONNX layout...)`, static
+  shapes; the outputs are written in place (out-parameters), nothing is returned.
 * Gemmini steps become `gemmini.tile_matmul` / `gemmini.tile_conv` in generic form, with the layouts
   buddy-mlir's lowering reads (spec/buddy-mlir.md §1.3): dense identity-layout memrefs, conv input NHWC,
   weights [KH*KW*IC][OC], bias [OC] i32 (zeros when absent), output [N*OH*OW][OC]; dims as

@@ -53,21 +53,23 @@ FINITE = frozenset({"Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", 
                     "Softsign", "Erf", "Gelu", "Neg", "Abs"})
 
 
-def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
-    x = np.arange(-128, 128, dtype=np.float32) * np.float32(s_in)
+def _at_every_input(fn, attrs, s_in: float, dtype) -> np.ndarray:
+    """f at the 256 dequantized int8 inputs, computed in `dtype`, as float32."""
+    x = np.arange(-128, 128, dtype=dtype) * dtype(np.float32(s_in))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        y = np.asarray(fn(x, attrs), np.float32)
-    return tuple(int(v) for v in quantize(y, s_out))
+        return np.asarray(fn(x, attrs), dtype).astype(np.float32)
+
+
+def lookup_table(fn, attrs, s_in: float, s_out: float) -> tuple[int, ...]:
+    """In float32, as onnxruntime evaluates f between DQ and Q."""
+    return tuple(int(v) for v in quantize(_at_every_input(fn, attrs, s_in, np.float32), s_out))
 
 
 def float_table(fn, attrs, s_in: float) -> tuple[float, ...]:
     """f at every int8 input, in float64 rounded once to float32: the same table on every machine (NumPy's
     float32 kernels may differ in their last bit between CPUs; a float64 result rarely lies that close to a
     float32 rounding boundary)."""
-    x = np.arange(-128, 128, dtype=np.float64) * float(np.float32(s_in))
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        y = np.asarray(fn(x, attrs), np.float64).astype(np.float32)
-    return tuple(float(v) for v in y)
+    return tuple(float(v) for v in _at_every_input(fn, attrs, s_in, np.float64))
 
 
 def lut_step(node: NodeView, ctx: LowerContext, fn, attrs, what: str) -> Lowered:

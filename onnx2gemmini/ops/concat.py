@@ -2,8 +2,8 @@
 copy is exact); an input with another scale (e.g. fixed by a fused Clip) is requantized on the way.
 A model output that keeps its inputs' scales (quantize.segmented_concats) copies every input as it is and
 carries one scale per index along the axis, or, kept float32 (quantize.float_tensors), dequantizes each int8
-input at its own scale and copies the float32 ones (a detector's sigmoid scores). After lowering, slices.concat_in_place lets Gemmini producers
-write their channels in place instead."""
+input at its own scale and copies the float32 ones (a detector's sigmoid scores). After lowering,
+slices.concat_in_place lets Gemmini producers write their channels in place instead."""
 from __future__ import annotations
 
 import dataclasses

@@ -101,8 +101,9 @@ def float_tensors(graph: Graph, handlers, segmented) -> frozenset:
     """Tensors a float CPU step writes as float32 instead of int8: a model output made by a lookup-table
     activation (a detector's sigmoid scores, mostly far below their largest value, keep their precision
     there), and a segmented concat's output with those of its inputs that such an activation makes for it
-    alone, where there is one (each other input is dequantized at its own scale on the way). 4-D tensors stay int8: they are
-    stored NHWC and reach the output through an int8 transpose."""
+    alone, where there is one (each other input is dequantized at its own scale on the way). 4-D tensors
+    stay int8: they are stored NHWC and reach the output through an int8 transpose (as float32, the PP-OCR
+    detectors' maps measured the same)."""
     def float_writer(tensor: str) -> bool:
         node = graph.producer(tensor)
         return (node is not None and len(graph.shapes.get(tensor, ())) != 4
@@ -308,7 +309,7 @@ def fixed_weight_scale(graph: Graph, handler, view: NodeView):
 
 def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, float], method: str,
                 num_samples: int, means: dict | None = None, weight_group: int = 0,
-                keep_float: frozenset = frozenset(), rounder=None, float_outputs: bool = True) -> QuantTable:
+                keep_float: frozenset = frozenset(), rounder=None) -> QuantTable:
     """Assign a scale to every activation and quantize every node's weights, in graph order.
 
     With `means` (per-channel input means from calibration) biases are corrected for the mean error
@@ -318,8 +319,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
     node name (ops.registry.handlers_for), for its scale rule and its weights. `keep_float`: node names whose
     weights stay float32 (--keep-float, ops/keep_float.py): they get an output scale but no weight entry.
     `rounder` (adaround.Rounder, --adaround): rounds the weights of the layers it handles, at the scales
-    chosen here, to minimise their output error instead of to the nearest integer. `float_outputs`: model
-    outputs that a lookup table or a segmented concat makes are written as float32 (float_tensors).
+    chosen here, to minimise their output error instead of to the nearest integer. Model outputs that a
+    lookup table (or a segmented concat joining one) makes are written as float32 (float_tensors).
     A node that writes int32 accumulators (Fused.accumulate) gets one weight scale and the accumulator's
     scale s_in*s_w as its output's.
     """
@@ -378,6 +379,6 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
         if len(set(per_index)) > 1:
             axis_scales[node.outputs[0]] = (axis, per_index)
         scales[node.outputs[0]] = max(per_index)  # equal scales everywhere: the one scale, bytes copied as they are
-    floats = float_tensors(graph, handlers, segmented) if float_outputs else frozenset()
     return QuantTable(scales, weights, dict(amax), method, num_samples, weight_group, frozenset(keep_float),
-                      tuple(rounder.rounded) if rounder is not None else (), axis_scales, floats)
+                      tuple(rounder.rounded) if rounder is not None else (), axis_scales,
+                      float_tensors(graph, handlers, segmented))

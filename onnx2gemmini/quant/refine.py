@@ -10,10 +10,11 @@ A change is kept when it gains at least MIN_GAIN_DB. The units tried are the MAX
 disagree most (ranges at least SPREAD apart), and at most MAX_TRIALS trials run.
 
 The search judges on half the folds' held-out samples (the even folds) and the result is confirmed on the
-other half (at least MIN_HALF samples each), through the QDQ golden itself rebuilt with the changed ranges:
-the samples that decide are not the ones that chose (on a 2-class text-direction classifier, 32 samples judged by the same samples that
+other half, through the QDQ golden itself rebuilt with the changed ranges: the samples that decide are not
+the ones that chose (on a 2-class text-direction classifier, 32 samples judged by the same samples that
 chose 5 changes "gained" 12.6 dB, and 0.6 dB on evaluation data). Unconfirmed, the chosen estimator's
-ranges stand.
+ranges stand. Each half holds at least two samples: the held-out choice needs selection.MIN_SAMPLES (4),
+which makes four folds of at least one sample each.
 
 The trials run on a stand-in for the compiled arithmetic: each fold's QDQ model with every calibrated
 scale fed as an input, so a trial needs no new onnxruntime session, only one run per held-out sample (the
@@ -40,7 +41,6 @@ from .quantize import ScaleUnit, scale_units, segment_scales
 MAX_UNITS = 8       # units tried, at most
 MAX_TRIALS = 16     # trials, at most (each: one stand-in run per searched held-out sample)
 MIN_GAIN_DB = 0.1   # a change, and the refinement as a whole, must gain at least this much
-MIN_HALF = 2        # held-out samples the search and the confirmation need, each (fewer: no refinement)
 SPREAD = 1.25       # a unit is tried when some estimator's range is this far from the chosen one's
 
 
@@ -88,8 +88,6 @@ def refine(graph: Graph, handlers, found, heldout, table, chosen: str,
     none), and the report of the search. `table(ranges, means, name)` builds a QuantTable."""
     search = list(range(0, len(heldout.splits), 2))
     confirm = list(range(1, len(heldout.splits), 2))
-    if min(sum(len(heldout.splits[f][1]) for f in half) for half in (search, confirm)) < MIN_HALF:
-        return {}, Refinement()  # one sample cannot confirm what another found
     units, segmented = scale_units(graph, handlers)
     others = [m for m in candidates if m != chosen]
     everything = {m: found.ranges(m) for m in candidates}

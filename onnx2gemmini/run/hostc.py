@@ -86,8 +86,8 @@ def split_outputs(plan: Plan, data: bytes) -> dict[str, np.ndarray]:
     result, offset = {}, 0
     for tid in plan.outputs:
         t = plan.tensors[tid]
-        values = t.nbytes // np.dtype(t.dtype).itemsize
-        result[tid] = np.frombuffer(data, np.dtype(t.dtype).newbyteorder("<"), values, offset).reshape(t.shape).copy()
+        dtype = np.dtype(t.dtype).newbyteorder("<")
+        result[tid] = np.frombuffer(data, dtype, int(np.prod(t.shape)), offset).reshape(t.shape).copy()
         offset += t.nbytes
     return result
 

@@ -1017,20 +1017,12 @@ void o2g_lut(const int8_t *x, int8_t *y, size_t count, const int8_t *table)
     o2g_lut_run(x, y, count, table + 128);
 }
 
+/* one model output per call, not a hot path: a plain loop */
 void o2g_lut_f32(const int8_t *x, float *y, size_t count, const float *table)
 {
-    const float *const t = table + 128;
-    float *const end = y + (count & ~(size_t)3);
-    while (y < end) {
-        y[0] = t[x[0]];
-        y[1] = t[x[1]];
-        y[2] = t[x[2]];
-        y[3] = t[x[3]];
-        x += 4;
-        y += 4;
-    }
-    for (count &= 3; count > 0; count--)
-        *y++ = t[*x++];
+    size_t k;
+    for (k = 0; k < count; k++)
+        y[k] = table[x[k] + 128];
 }
 
 /* ---- sums in NumPy's order ------------------------------------------------------------------------- */

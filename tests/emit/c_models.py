@@ -100,19 +100,23 @@ def concat(requantized=False):
     return chain(nodes, {"x": [1, 3, 6, 6]}, inits)
 
 
-def float_outputs():
+def float_outputs(token: bool = False):
     """A detector head as YOLOv8 exports it: boxes (ReLU, 0..) and class scores (a sigmoid) joined on axis 1,
     plus a tanh read by nothing else: both model outputs are float32 (a float32 lookup table, int8 boxes
-    dequantized at their scale)."""
+    dequantized at their scale). `token`: a constant third operand of the concat, copied as it is."""
+    inits = {"Wb": weights(21, 8, 4, std=20.0), "Wc": weights(22, 8, 3, std=2.0)}
+    parts = ["boxes", "scores"]
+    if token:
+        inits["token"] = np.linspace(-3, 3, 2 * 40, dtype=np.float32).reshape(1, 2, 40)
+        parts.append("token")
     nodes = [("Transpose", ["x"], ["xt"], {"perm": [0, 2, 1]}),
              ("MatMul", ["xt", "Wb"], ["b"], {}), ("Relu", ["b"], ["br"], {}),
              ("Transpose", ["br"], ["boxes"], {"perm": [0, 2, 1]}),
              ("MatMul", ["xt", "Wc"], ["c"], {}), ("Transpose", ["c"], ["ct"], {"perm": [0, 2, 1]}),
              ("Sigmoid", ["ct"], ["scores"], {}),
-             ("Concat", ["boxes", "scores"], ["y"], {"axis": 1}),
+             ("Concat", parts, ["y"], {"axis": 1}),
              ("Tanh", ["ct"], ["t"], {})]
-    return chain(nodes, {"x": [1, 8, 40]}, {"Wb": weights(21, 8, 4, std=20.0), "Wc": weights(22, 8, 3, std=2.0)},
-                 outputs=("y", "t"))
+    return chain(nodes, {"x": [1, 8, 40]}, inits, outputs=("y", "t"))
 
 
 def concat_in_place():
