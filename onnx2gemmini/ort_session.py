@@ -42,7 +42,7 @@ def exact_entries(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def options(level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads: int = 1,
-            entries: dict[str, str] | None = None, log_level: int = 3) -> ort.SessionOptions:
+            entries: dict[str, str] | None = None, log_level: int = 4) -> ort.SessionOptions:
     """Session options with `entries` (default EXACT_ENTRIES; `session` passes the model's exact_entries, and
     only the probe's negative control and the benchmark's "what a default onnxruntime user gets" others)."""
     opts = ort.SessionOptions()
@@ -57,7 +57,7 @@ def options(level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_E
 
 def session(model: "onnx.ModelProto | str | Path", outputs: list[str] | None = None,
             level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads: int = 1,
-            entries: dict[str, str] | None = None, log_level: int = 3,
+            entries: dict[str, str] | None = None, log_level: int = 4,
             save_optimized: "str | Path | None" = None) -> ort.InferenceSession:
     """An onnxruntime CPU session on a model (a ModelProto or a path); `outputs` adds intermediate tensors as
     graph outputs; `save_optimized` writes the graph onnxruntime optimized it into (for tests of the fusion).
@@ -89,6 +89,15 @@ def _open(model, opts: ort.SessionOptions) -> ort.InferenceSession:
     try:
         return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except Exception as exc:
+        raise ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}") from None
+
+
+def run(sess: ort.InferenceSession, outputs: list[str], feed: dict) -> list[np.ndarray]:
+    """`sess.run`, with onnxruntime's refusals at run time as ModelError: a fused kernel checks its
+    parameters only then (QLinearGlobalAveragePool refuses an input-to-output scale ratio out of its range)."""
+    try:
+        return sess.run(outputs, feed)
+    except Exception as exc:  # onnxruntime's pybind exceptions share no narrower base
         raise ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}") from None
 
 

@@ -127,6 +127,10 @@ def _mean_by_ones(node: NodeView, ctx: LowerContext, x: Tensor, y: Tensor) -> Lo
     return lowered
 
 
+# onnxruntime refuses a QLinearGlobalAveragePool whose multiplier s_x / (s_y HW) reaches 256 (MLAS).
+MAX_MEAN_MULTIPLIER = 255.0
+
+
 @handler("GlobalAveragePool", since=1)
 class GlobalAveragePoolHandler(Handler):
     gemmini = ("tiled_matmul by a row of ones (the output at its own scale); tiled_global_average_auto when the "
@@ -136,6 +140,12 @@ class GlobalAveragePoolHandler(Handler):
 
     def check(self, node, ctx):
         return _check_2d(node)
+
+    def output_scale_floor(self, node: NodeView, input_scale: float) -> float:
+        """onnxruntime's QLinearGlobalAveragePool refuses s_x / (s_y HW) >= 256 (its output would be constant);
+        a mean calibrated that far below its map's range (random weights) gets the smallest scale it accepts."""
+        _, _, h, w = node.shape(node.input("X"))
+        return input_scale / (MAX_MEAN_MULTIPLIER * h * w)
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()

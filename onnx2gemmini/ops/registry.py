@@ -63,6 +63,11 @@ class Handler:
         scale per tensor only."""
         return None
 
+    def output_scale_floor(self, node: NodeView, input_scale: float) -> float:
+        """The smallest calibrated output scale the node's int8 arithmetic (and onnxruntime's kernel for it, the
+        golden) accepts for an input at `input_scale`; 0: any."""
+        return 0.0
+
     def writes_float(self, node: NodeView) -> bool:
         """True: the lowering can write this node's output as float32 when quantize.float_tensors asks (a
         lookup table of float32 values instead of int8 ones)."""

@@ -350,7 +350,9 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
             elif handler.output_scale == "input" and activations:
                 scales[out] = scales[activations[0]]
             else:
-                scales[out] = calibrated(out)
+                floor = handler.output_scale_floor(NodeView(node, graph), scales[activations[0]]) \
+                    if activations else 0.0
+                scales[out] = max(calibrated(out), floor)
         float_w = handler.float_weights(NodeView(node, graph)) if node.name not in keep_float else None
         if float_w is not None:
             w, b = float_w

@@ -35,7 +35,7 @@ from ..errors import ModelError
 from ..golden import build_qdq, scale_name
 from ..graph import Graph
 from ..numerics import scale_for
-from ..ort_session import session
+from ..ort_session import run, session
 from .quantize import ScaleUnit, scale_units, segment_scales
 
 MAX_UNITS = 8       # units tried, at most
@@ -102,6 +102,8 @@ def refine(graph: Graph, handlers, found, heldout, table, chosen: str,
     budget = MAX_TRIALS
     with ThreadPoolExecutor(found.threads) as pool:
         current = _score(pool, stand_ins, heldout, changes, search)
+        if current == -math.inf:
+            return {}, Refinement(tried=len(tried))
         for unit in tried:
             trials = []
             for m in others:
@@ -170,10 +172,13 @@ def _distinct(unit: ScaleUnit, everything: dict, method: str, current: str) -> b
 
 def _score(pool, stand_ins, heldout, changes: dict, folds: list[int]) -> float:
     """The mean held-out SQNR of the stand-ins (of `folds`) with `changes`, the folds in parallel, summed in
-    fold order."""
+    fold order; -inf when onnxruntime refuses to run them (a fused kernel's parameter check)."""
     totals = [0.0] * len(heldout.units)
-    for power in pool.map(lambda s: s.noise(changes), stand_ins):
-        totals = [a + b for a, b in zip(totals, power)]
+    try:
+        for power in pool.map(lambda s: s.noise(changes), stand_ins):
+            totals = [a + b for a, b in zip(totals, power)]
+    except ModelError:
+        return -math.inf
     return heldout.score(totals, folds)
 
 
@@ -205,7 +210,7 @@ class _StandIn:
 
     def noise(self, changes: dict) -> list[float]:
         scale_feeds = self.feeds(changes)
-        return self.heldout.noise(self.fold, lambda s: self.sess.run(self.heldout.outputs, {**s, **scale_feeds}))
+        return self.heldout.noise(self.fold, lambda s: run(self.sess, self.heldout.outputs, {**s, **scale_feeds}))
 
 
 def _session_with_inputs(model: onnx.ModelProto, names: set[str]):

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ModelError
 from ..golden import build_qdq
 from ..graph import Graph
-from ..ort_session import session
+from ..ort_session import run, session
 from .calibrate import METHODS as ESTIMATORS
 from .calibrate import Collected
 from .refine import apply, refine
@@ -163,7 +163,7 @@ class HeldOut:
             fit = self.splits[fold][0]
             try:
                 sess = session(build_qdq(graph, table(ranges, self.found.means(fit), name)))
-                self._exact[(name, fold)] = self.noise(fold, lambda s: sess.run(self.outputs, s))
+                self._exact[(name, fold)] = self.noise(fold, lambda s: run(sess, self.outputs, s))
             except ModelError:
                 self._exact[(name, fold)] = None
         return self._exact[(name, fold)]

@@ -108,3 +108,25 @@ def test_global_average_rounds_half_to_even_like_the_hardware():
     x[0, :, :, 1] = [[1, 1], [1, 3]]     # 6/4 = 1.5 -> 2
     x[0, :, :, 2] = [[-1, -1], [0, 0]]   # -0.5 -> -0
     assert kernels.global_average(x).reshape(-1).tolist() == [0, 2, 0]
+
+
+def test_a_mean_far_below_its_maps_range_gets_a_scale_onnxruntime_accepts():
+    """Maps of +-10 whose means are almost zero: the calibrated mean scale is thousands of times finer than the
+    map's, which onnxruntime's QLinearGlobalAveragePool (the golden's fused kernel) refuses at run time.
+    The floor keeps s_x / (s_y HW) under 256 so the compile's held-out judging and diff run; without it (the
+    negative control) the golden cannot run the model."""
+    model = pool_model("GlobalAveragePool", (1, 4, 6, 6))
+    r = np.random.default_rng(5)
+    signs = np.where((np.arange(6)[:, None] + np.arange(6)[None, :]) % 2 == 0, 10.0, -10.0)
+    x = (signs + r.uniform(-1e-4, 1e-4, (8, 1, 4, 6, 6))).astype(np.float32)
+    data = Dataset({"x": x}, None, "checkerboards")
+    compiled = o2g.compile(model, calib=data)
+    s_x, s_y = compiled.quant.scales["x"], compiled.quant.scales["y"]
+    assert s_x / (s_y * 36) < 256
+    result = run_diff(compiled, data)
+    assert result["verdict"]["passed"], result["verdict"]["failures"]
+    with mock.patch.object(GlobalAveragePoolHandler, "output_scale_floor", lambda self, node, s: 0.0):
+        unfloored = o2g.compile(model, calib=data)
+        assert unfloored.quant.scales["x"] / (unfloored.quant.scales["y"] * 36) >= 256
+        with pytest.raises(Exception, match="QLinearGlobalAveragePool|onnxruntime"):
+            run_diff(unfloored, data)
