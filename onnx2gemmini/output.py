@@ -60,7 +60,12 @@ def _emit_all(compiled, tree: Path, emit: tuple[str, ...], diff: dict | None = N
         write_c(compiled.plan, tree / "c", *selftest_case(compiled.plan, compiled.selftest_sample), compiled.command)
     if "mlir" in emit:
         from .emit.mlir import write_mlir
+        from .emit.mlir_program import write_mlir_program
+        from .run.selftest import selftest_case
+        from .slices import densify
         write_mlir(compiled.plan, tree / "model.mlir", compiled.command)
+        sample, expected = selftest_case(densify(compiled.plan), compiled.selftest_sample)
+        write_mlir_program(compiled.plan, tree / "mlir", sample, expected, compiled.command)
     timing["emit_s"] = time.perf_counter() - t
     t = time.perf_counter()
     measured = quality.from_diff(diff) if diff is not None else quality.from_calibration(compiled,

@@ -212,5 +212,22 @@ def build_program(text: str, lib: Path, input_shapes, output_shapes, out_dir: Pa
     return exe
 
 
+def build_selftest(text: str, lib: Path, program_dir: Path, check_layers: bool) -> Path:
+    """OUT/mlir's self-test program (o2g_mlir_selftest.c and the files mlir_program.py writes, as emitted) for
+    this host: `text` (../model.mlir or model_checked.mlir, as its Makefile picks) lowered here with the host
+    tile ops, linked with the emitted runtime copies in `program_dir`."""
+    engine = ExecutionEngine(lower(text), opt_level=2, shared_libs=[str(lib)])
+    engine.raw_lookup("forward")
+    obj = program_dir / "model.o"
+    engine.dump_to_object_file(str(obj))
+    sources = ["o2g_mlir_selftest.c", "selftest_data.S", "o2g_mlir_abi.c", "o2g_runtime.c"]
+    sources += ["selftest_layers.S"] if check_layers else []
+    exe = program_dir / ("model-layers" if check_layers else "model")
+    subprocess.run([CC, *CFLAGS, f"-DO2G_CHECK_LAYERS={int(check_layers)}", f"-I{program_dir}",
+                    f"-Wa,-I,{program_dir}", *(str(program_dir / s) for s in sources), str(HERE / "host_tile_ops.c"),
+                    str(obj), "-lm", "-o", str(exe)], check=True, capture_output=True, text=True)
+    return exe
+
+
 def have_cc() -> bool:
     return shutil.which(CC) is not None

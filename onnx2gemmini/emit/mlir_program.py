@@ -1,0 +1,171 @@
+"""OUT/mlir/: model.mlir built by Buddy-MLIR's own tools into a self-checking bare-metal program.
+
+`make -C OUT/mlir BUDDY_OPT=... BUDDY_TRANSLATE=... LLC=... GEMMINI=<gemmini-rocc-tests>` lowers ../model.mlir
+with -lower-gemmini, translates it to LLVM IR, compiles it for riscv64 and links it with the C runtime, a heap
+(memref.alloc is malloc), Buddy's Gemmini intrinsics for an upstream llc (o2g_gemmini_intrinsics.c) and the
+self-test (runtime/o2g_mlir_selftest.c), which prints the same PASS / FAIL lines as ../c's model-baremetal.
+CHECK_LAYERS=1 builds model_checked.mlir instead: the module with a hook after every step (emit_mlir's
+check_steps) that compares the step's output with the emulator's and puts the emulator's values in place.
+A module whose C kernels may differ from the emulator by a stated tolerance (libm) needs those hooks in the
+default build too, so that no difference propagates to the outputs; then the default build uses
+model_checked.mlir with only those hooks active, as ../c's self-test checks only those steps.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..memory import align_up
+from ..plan import Plan
+from ..slices import densify
+from ..tolerance import EXACT
+from .banner import banner_lines
+from .c import blob, block_comment, incbin_source
+from .mlir import emit_mlir, lower_gemmini_options, step_checks
+from .names import c_identifier, c_string, makefile_comment
+
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+RUNTIME_FILES = ("o2g_mlir_abi.c", "o2g_mlir_abi.h", "o2g_mlir_cpu_abi.inc", "o2g_runtime.c", "o2g_runtime.h",
+                 "o2g_mlir_selftest.c", "o2g_heap.c", "o2g_gemmini_intrinsics.c")
+C_ELEMENTS = {"int8": "int8_t", "float32": "float"}
+ALLOC_SLACK = 128   # per memref.alloc: the lowering's malloc(size + alignment), and our 64-byte rounding
+
+
+def write_mlir_program(plan: Plan, out_dir: "str | Path", sample: dict[str, np.ndarray],
+                       expected: dict[str, np.ndarray], command: str = "") -> Path:
+    """Write OUT/mlir/ for `plan`; `expected` holds the emulator's value of every tensor of densify(plan)
+    (run/selftest.py's expected_values) for `sample`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in mlir_program_files(plan, sample, expected, command).items():
+        (out_dir / name).write_bytes(data)
+    return out_dir
+
+
+def mlir_program_files(plan: Plan, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+                       command: str = "") -> dict[str, bytes]:
+    """Every file of OUT/mlir/ by name, as bytes."""
+    files = _Program(plan, command).files(sample, expected)
+    for name in RUNTIME_FILES:
+        files[name] = (RUNTIME / name).read_bytes()
+    return dict(sorted(files.items()))
+
+
+class _Program:
+    def __init__(self, plan: Plan, command: str):
+        self.plan, self.command = plan, command
+        self.dense = densify(plan)
+        self.hooks = step_checks(plan)                    # every hook of model_checked.mlir, in k order
+        self.default_hooks = [k for k, c in enumerate(self.hooks) if c.tolerance != EXACT]
+        self.p = "o2g_" + c_identifier(plan.model_name).lower()
+        self.banner = banner_lines(plan, command)
+
+    def files(self, sample, expected) -> dict[str, bytes]:
+        plan, p = self.plan, self.p
+        inputs = [(f"{p}_sample_input_{i}", np.asarray(sample[plan.tensors[tid].onnx_name], np.float32).ravel())
+                  for i, tid in enumerate(plan.inputs)]
+        outputs = [(f"{p}_expect_output_{i}", np.asarray(expected[tid], plan.tensors[tid].dtype).ravel())
+                   for i, tid in enumerate(plan.outputs)]
+        hooks = [(f"{p}_expect_hook_{k}", np.asarray(expected[self.hooks[k].tensor], np.int8).ravel())
+                 for k in self.default_hooks]
+        layers = [(f"{p}_layer_expect_{k}", np.asarray(expected[c.tensor], np.int8).ravel())
+                  for k, c in enumerate(self.hooks)]
+        data, dtable = blob(inputs + outputs + hooks)
+        layer_data, ltable = blob(layers)
+        return {
+            "Makefile": self.makefile().encode(),
+            "model_checked.mlir": emit_mlir(plan, self.command, check_steps=True).encode(),
+            "selftest_model.inc": self.model_inc().encode(),
+            "selftest_data.bin": data,
+            "selftest_data.S": incbin_source(self.banner, "selftest_data.S: the self-test's sample, the emulator's "
+                                             "outputs for it and the values of the default checks",
+                                             "selftest_data.bin", dtable).encode(),
+            "selftest_layers.bin": layer_data,
+            "selftest_layers.S": incbin_source(self.banner, "selftest_layers.S: the emulator's value of every "
+                                               "step's output (CHECK_LAYERS=1)", "selftest_layers.bin",
+                                               ltable).encode(),
+        }
+
+    def heap_bytes(self) -> int:
+        """Room for every buffer @forward allocates, all at once (o2g_heap.c frees only at the end)."""
+        dense = self.dense
+        bases = {dense.base(t).id for s in dense.steps for t in s.writes() if t in dense.tensors}
+        total = sum(align_up(int(np.prod(dense.tensors[b].shape, dtype=np.int64))
+                             * np.dtype(dense.tensors[b].dtype).itemsize, 64) + ALLOC_SLACK for b in bases)
+        return align_up(total + (1 << 16), 1 << 12)
+
+    def makefile(self) -> str:
+        text = (RUNTIME / "templates" / "Makefile.mlir.in").read_text()
+        banner = "\n".join("# " + makefile_comment(line) for line in self.banner)
+        default = "model_checked.mlir" if self.default_hooks else "../model.mlir"
+        return (text.replace("@BANNER@", banner).replace("@LOWER_GEMMINI@", lower_gemmini_options(self.plan.config))
+                .replace("@DEFAULT_MLIR@", default).replace("@HEAP_BYTES@", str(self.heap_bytes())))
+
+    def model_inc(self) -> str:
+        """The model's side of o2g_mlir_selftest.c: its buffers, the call of @forward and the check tables."""
+        plan, dense, p = self.plan, self.dense, self.p
+        lines = block_comment(self.banner + ["", "selftest_model.inc: the model's buffers, @forward's call and the "
+                                             "checks, included by o2g_mlir_selftest.c"])
+        lines += ["", f"#define O2G_NUM_INPUTS {len(plan.inputs)}", f"#define O2G_NUM_OUTPUTS {len(plan.outputs)}", ""]
+        for i, tid in enumerate(plan.inputs):
+            n = _count(plan.tensors[tid].shape)
+            lines += [f"extern const float {p}_sample_input_{i}[{n}];",
+                      f"static float o2g_input_{i}[{n}] __attribute__((aligned(64)));"]
+        for i, tid in enumerate(plan.outputs):
+            t = plan.tensors[tid]
+            elem, n = C_ELEMENTS[t.dtype], _count(t.shape)
+            lines += [f"extern const {elem} {p}_expect_output_{i}[{n}];",
+                      f"static {elem} o2g_output_{i}[{n}] __attribute__((aligned(64)));"]
+        args = [f"&o2g_input_{i}_ref" for i in range(len(plan.inputs))]
+        args += [f"&o2g_output_{i}_ref" for i in range(len(plan.outputs))]
+        lines += ["", f"void _mlir_ciface_forward({', '.join(['void *'] * len(args))});", "",
+                  "/* @forward's memrefs: dense, row-major, offset 0 (MLIR's StridedMemRefType) */",
+                  "static void o2g_forward(void)", "{"]
+        refs = [(f"o2g_input_{i}", "float", plan.tensors[tid].shape) for i, tid in enumerate(plan.inputs)]
+        refs += [(f"o2g_output_{i}", C_ELEMENTS[plan.tensors[tid].dtype], plan.tensors[tid].shape)
+                 for i, tid in enumerate(plan.outputs)]
+        for name, elem, shape in refs:
+            lines += _descriptor(name, elem, shape)
+        lines += [f"    memcpy(o2g_input_{i}, {p}_sample_input_{i}, sizeof o2g_input_{i});"
+                  for i in range(len(plan.inputs))]
+        lines += [f"    _mlir_ciface_forward({', '.join(args)});", "}", ""]
+        lines += ["static const struct o2g_output_check o2g_output_checks[O2G_NUM_OUTPUTS] = {"]
+        for i, tid in enumerate(plan.outputs):
+            t = plan.tensors[tid]
+            lines.append(f"    {{{c_string(t.onnx_name or t.id)}, o2g_output_{i}, {p}_expect_output_{i}, "
+                         f"{_count(t.shape)}, {np.dtype(t.dtype).itemsize}}},")
+        lines += ["};", ""]
+        outputs = {tid: i for i, tid in enumerate(plan.outputs)}
+        for flag, ks, sym in (("#if O2G_CHECK_LAYERS", range(len(self.hooks)), "layer_expect"),
+                              ("#else", self.default_hooks, "expect_hook")):
+            ks = list(ks)
+            lines += [flag] + [f"extern const int8_t {p}_{sym}_{k}[{_count(dense.tensors[self.hooks[k].tensor].shape)}];"
+                               for k in ks]
+            lines.append(f"static const struct o2g_hook_check o2g_hook_checks[{max(len(ks), 1)}] = {{")
+            for k in ks:
+                check = self.hooks[k]
+                t = dense.tensors[check.tensor]
+                n = _count(t.shape)
+                lines.append(f"    {{{k}, {check.step}, {c_string(dense.steps[check.step].node)}, "
+                             f"{c_string(t.onnx_name or t.id)}, {p}_{sym}_{k}, {n}, {check.tolerance.lsb}, "
+                             f"{check.tolerance.allowed(n)}, {outputs.get(check.tensor, -1)}}},")
+            if not ks:
+                lines.append("    {-1, 0, \"\", \"\", 0, 0, 0, 0, -1}, /* none */")
+            lines.append("};")
+        lines += ["#endif", ""]
+        return "\n".join(lines)
+
+
+def _count(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _descriptor(name: str, elem: str, shape) -> list[str]:
+    rank = len(shape)
+    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(rank)]
+    arrays = "" if rank == 0 else f" int64_t sizes[{rank}]; int64_t strides[{rank}];"
+    values = "" if rank == 0 else (f", {{{', '.join(str(d) for d in shape)}}}, "
+                                   f"{{{', '.join(str(s) for s in strides)}}}")
+    return [f"    static struct {{ {elem} *allocated, *aligned; int64_t offset;{arrays} }} {name}_ref = "
+            f"{{{name}, {name}, 0{values}}};"]
