@@ -3,11 +3,11 @@
 The module is parsed and verified by MLIR itself (torch_mlir.ir, unregistered dialects allowed); the
 operations are then walked generically (op.name, operands, attributes) and executed with numpy:
 
-* `gemmini.tile_matmul` / `gemmini.tile_conv` with the semantics buddy-mlir's lowering gives them
-  (spec/buddy-mlir.md §1.3: shapes read from the memrefs, bias always loaded; with `repeatingBias` D is
-  still read with its own row stride, DIM rows per block, so output row i gets D's row i mod DIM, and a D
-  with fewer rows is read past its end — gemmini.h would give every row D's row 0), computed by
-  onnx2gemmini.kernels (spec/gemmini.md §2);
+* `gemmini.tile_matmul` as Buddy-MLIR's lowering turns it into Gemmini commands (its tile sizes, config words
+  and loop_ws calls, transcribed from its source) and as libgemmini's loop_ws then computes (gemmini_lowering.py):
+  with `repeatingBias` D is still read with its own row stride, DIM rows per block, so output row i gets D's
+  row i mod DIM and a D with fewer rows is read past its end (gemmini.h would give every row D's row 0);
+  `gemmini.tile_conv` with the semantics of spec/buddy-mlir.md §1.3, computed by onnx2gemmini.kernels;
 * `func.call @o2g_rt_*` of a CPU kernel: the plan step it belongs to (its `o2g.step` attribute) is run
   with the CPU-kernel table's NumPy semantics (cpu/), after checking that the call passes exactly the
   arguments the table prescribes (symbol, scalars, lists, memref shapes and element types); the Gemmini
@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 from torch_mlir import ir
 
-from onnx2gemmini import numerics
 from onnx2gemmini.emit.mlir_runtime import Arg, Array, cpu_call
 from onnx2gemmini import kernels
+from tests.emit import gemmini_lowering
 
 GARBAGE = 0x5B  # fills fresh allocations: a buffer read before it is written shows up as a mismatch
 
@@ -166,17 +166,6 @@ def _elem(v) -> str:
     return str(v.type.element_type)
 
 
-def bias_rows(rows: int, d_rows: int, repeating: bool, dim: int) -> np.ndarray:
-    """The row of D each output row adds, as Buddy's tile_matmul lowering loads it: D's own row stride in
-    every DIM-row block, also for a repeating bias (whose block restarts at D's first row)."""
-    index = np.arange(rows) % dim if repeating else np.arange(rows)
-    if index.size and index.max() >= d_rows:
-        raise InterpError(f"tile_matmul reads row {int(index.max())} of a {d_rows}-row D (repeatingBias="
-                          f"{repeating}): Buddy's lowering loads a repeating bias with D's row stride, "
-                          "so it needs min(I, DIM) identical rows")
-    return index
-
-
 def _check_matmul(op, dim: int = 16) -> list[str]:
     a, b, c, d = (shape_of(v.type) for v in op.operands)
     at = gemmini_attrs(op)
@@ -186,7 +175,7 @@ def _check_matmul(op, dim: int = 16) -> list[str]:
         problems.append(f"element types {[_elem(v) for v in op.operands]}, expected i8 i8 {c_elem} i32")
     if b[0] != a[1] or c != (a[0], b[1]):
         problems.append(f"C = A.B shapes: A {a} B {b} C {c}")
-    if at["repeatingBias"]:  # Buddy loads it with D's row stride (bias_rows): DIM rows, one per block row
+    if at["repeatingBias"]:  # Buddy loads it with D's row stride (gemmini_lowering): DIM rows, one per block row
         if d[1] != b[1] or d[0] < min(a[0], dim):
             problems.append(f"D {d} for C {c} (repeatingBias=true): Buddy's lowering reads min(I, DIM) = "
                             f"{min(a[0], dim)} rows of D with its row stride")
@@ -394,13 +383,18 @@ class Interpreter:
 
 
 def tile_matmul(op, a, b, c, d, dim: int = 16):
+    """What Buddy's lowering makes of the op (its tile sizes, config words and loop_ws calls), run by libgemmini's
+    loop_ws semantics (gemmini_lowering.py)."""
     at = gemmini_attrs(op)
-    i, k = a.shape
-    j = b.shape[1]
-    a = numerics.mvin_scale(a, at["aScaleFactor"])
-    b = numerics.mvin_scale(b, at["bScaleFactor"])
-    bias = d[bias_rows(i, d.shape[0], at["repeatingBias"], dim), :j]  # Buddy's rows, not gemmini.h's
-    c[...] = kernels.matmul(a, b[:k], bias, at["accScale"], at["act"] == 1, False, full_C=at["fullC"])
+    if at["aScaleFactor"] != 1.0 or at["bScaleFactor"] != 1.0 or at["dScaleFactor"] != 1.0:
+        raise InterpError("tile_matmul with an mvin scale: not modelled")
+    cfg = gemmini_lowering.Config(dim=dim)
+    program = gemmini_lowering.buddy_tile_matmul(a.shape, b.shape, c.shape, d.shape, at["repeatingBias"], at["act"],
+                                                 at["accScale"], at["fullC"], cfg)
+    try:
+        c[...] = gemmini_lowering.execute(program, {"A": a, "B": b, "D": d}, c.shape, cfg)
+    except gemmini_lowering.OutOfBounds as e:
+        raise InterpError(f"tile_matmul under Buddy's lowering reads or writes outside an operand: {e}") from None
 
 
 def tile_conv(op, x, w, bias, y, orow, ocol, k):

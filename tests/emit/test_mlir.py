@@ -657,7 +657,7 @@ def one_row_bias(text: str, cols: int) -> str:
 @pytest.mark.parametrize("rows", [1, 5, 20], ids=["one_row", "five_rows", "two_blocks"])
 def test_repeating_bias_follows_buddys_lowering(rows):
     """Buddy loads a repeating bias with D's own row stride, DIM rows per block (gemmini.h: stride 0). The
-    oracle (mlir_interp.bias_rows, check_gemmini_ops) says so; the bias emitted as DIM identical rows runs like
+    oracle (gemmini_lowering.py through the interpreter, check_gemmini_ops) says so; the bias emitted as DIM identical rows runs like
     the emulator for any I, and the one-row form it replaced is flagged whenever I > 1 (negative control)."""
     model = _matmul(a_shape=(rows, 16), n=8)
     plan = compile_model(model).plan
@@ -671,5 +671,5 @@ def test_repeating_bias_follows_buddys_lowering(rows):
         return
     assert any("reads min(I, DIM)" in p for p in problems), problems
     feeds = [data.sample(0)[plan.tensors[t].onnx_name] for t in plan.inputs]
-    with pytest.raises(InterpError, match="reads row"):
+    with pytest.raises(InterpError, match="outside an operand: D"):
         Interpreter(old, densify(plan)).run(feeds)

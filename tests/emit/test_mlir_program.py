@@ -10,15 +10,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import mlir_jit  # noqa: E402
-from test_mlir import compiled_case  # noqa: E402
+pytest.importorskip("torch_mlir", reason="the MLIR tests need the torch-mlir wheel (test extra)")
 
+from tests.emit import mlir_jit  # noqa: E402
+from tests.emit.test_mlir import compiled_case  # noqa: E402
 from onnx2gemmini.emit.mlir import emit_mlir, lower_gemmini_options, step_checks  # noqa: E402
 from onnx2gemmini.emit.mlir_program import mlir_program_files  # noqa: E402
 from onnx2gemmini.run.selftest import default_sample, selftest_case  # noqa: E402
