@@ -42,12 +42,16 @@ def calibration_sample(plan: Plan, data) -> dict[str, np.ndarray] | None:
 
 
 def degenerate(values: np.ndarray) -> str | None:
-    """Why an int8 output proves little as a self-test's expected value, or None."""
+    """Why an output (int8, or float32 where kept float) proves little as a self-test's expected value, or
+    None. A single value is never "all equal"."""
     flat = np.asarray(values).ravel()
     if flat.size == 0:
         return None
-    if (flat == flat[0]).all():
-        return "all zero" if flat[0] == 0 else f"all equal ({int(flat[0])})"
+    if flat.size > 1 and (flat == flat[0]).all():
+        value = f"{int(flat[0])}" if flat.dtype.kind in "iu" else f"{float(flat[0]):g}"
+        return "all zero" if flat[0] == 0 else f"all equal ({value})"
+    if flat.dtype.kind not in "iu":
+        return None
     saturated = float(np.mean((flat == 127) | (flat == -128)))
     if saturated > SATURATED_SHARE:
         return f"{saturated:.0%} saturated at -128/127"

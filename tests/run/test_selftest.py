@@ -58,6 +58,13 @@ def test_constant_weights_make_equal_outputs_a_warning():
 
 @pytest.mark.parametrize("values,why", [
     ([0, 0, 0], "all zero"), ([5, 5], "all equal (5)"), ([127, 127, -128, 3], "75% saturated at -128/127"),
-    ([127, 3, -128, 4], None), ([1, 2, 3], None)])
+    ([127, 3, -128, 4], None), ([1, 2, 3], None), ([0], None), ([127], "100% saturated at -128/127")])
 def test_degenerate(values, why):
     assert degenerate(np.array(values, np.int8)) == why
+
+
+@pytest.mark.parametrize("values,why", [([0.53], None), ([0.25, 0.25], "all equal (0.25)"), ([0.0, 0.0], "all zero"),
+                                        ([127.0, -128.0, 3.5], None)])
+def test_degenerate_float_outputs(values, why):
+    """A float32 output (kept float): its value in the message, no int8 saturation, one value is not "all equal"."""
+    assert degenerate(np.array(values, np.float32)) == why
