@@ -123,8 +123,11 @@ class _Module:
             "// buddy-mlir gemmini-dialect module (gemmini ops in generic form); ABI and pipeline: docs/mlir.md",
             f"//   buddy-opt model.mlir -llvm-request-c-wrappers -lower-gemmini=\"{lower_gemmini_options(cfg)}\"",
             "//   | buddy-translate -buddy-to-llvmir",
-            "//   | buddy-llc -filetype=obj -mtriple=riscv64 -mattr=+xgemmini,+D -float-abi=hard -o model.o",
-            "//   then link model.o with onnx2gemmini/runtime/o2g_mlir_abi.c (+ gemmini.h, the C runtime) and a main",
+            "//   | llc -O2 -mtriple=riscv64 -mattr=+m,+a,+f,+d,+c -target-abi=lp64d -code-model=medium -filetype=obj "
+            "-o model.o",
+            "//   (Buddy's LLVM fork: -mattr=...,+xgemmini; an upstream llc: link mlir/o2g_gemmini_intrinsics.c)",
+            "//   then link model.o with onnx2gemmini/runtime/o2g_mlir_abi.c (+ gemmini.h, the C runtime) and a main;",
+            "//   make -C OUT/mlir BUDDY_OPT=... BUDDY_TRANSLATE=... LLC=... GEMMINI=... does it all, with a self-test",
             f"// @{ENTRY}: float inputs (ONNX layout), then int8 outputs (float32 where kept float; ONNX layout, "
             "written in place)",
         ]
