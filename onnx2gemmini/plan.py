@@ -59,7 +59,7 @@ class Tensor:
             return np.float32(1.0)
         if self.scale_axis is None:
             return np.float32(self.scale)
-        axis = (0, 3, 1, 2).index(self.scale_axis) if self.layout == "NHWC" else self.scale_axis  # ONNX -> storage
+        axis = (0, 2, 3, 1).index(self.scale_axis) if self.layout == "NHWC" else self.scale_axis  # ONNX -> storage
         return along_axis(self.axis_scales, axis, len(self.shape))
 
     def scale_runs(self) -> list[tuple[int, float]]:

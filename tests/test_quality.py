@@ -48,3 +48,21 @@ def test_large_models_are_measured_on_fewer_samples(monkeypatch):
     assert quality.from_calibration(compiled, compiled.calib_head)["samples"] == 2
     monkeypatch.setattr(quality, "STATS_MACS", 1)
     assert quality.from_calibration(compiled, compiled.calib_head)["samples"] == 1
+
+
+def test_a_channels_last_tensor_with_a_scale_per_channel():
+    """A 4-D concat joining ranges at their own scales, written in place by Gemmini in NHWC: the report's
+    SQNR reads its per-channel scales along the storage's channel axis (it crashed on the H axis before), and
+    equals diff's."""
+    from tests.emit.c_models import MODELS, OPTIONS
+    from tests.helpers import random_dataset
+    model = MODELS["concat_in_place"]()
+    data = random_dataset(model, 4, 11)
+    compiled = o2g.compile(model, calib=data, **OPTIONS.get("concat_in_place", {}))
+    held = [t for t in compiled.plan.tensors.values() if t.layout == "NHWC" and t.scale_axis is not None]
+    assert held and all(np.shape(t.scales()) == (1, 1, 1, t.shape[3]) for t in held)
+    measured = quality.from_calibration(compiled, data)
+    result = o2g.diff(compiled, data=data)
+    for ours, theirs in zip(measured["layers"], result["layers"]):
+        if theirs["sqnr_db"] is not None:
+            assert ours["sqnr_db"] == pytest.approx(theirs["sqnr_db"], abs=1e-3), (ours, theirs)
