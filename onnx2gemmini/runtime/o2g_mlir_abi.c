@@ -101,6 +101,11 @@ static void *o2g_rt_data(const char *fn, const o2g_unranked_memref *m, size_t el
     return (char *)h->aligned + (size_t)h->offset * elem_size;
 }
 
+void *o2g_memref_data(const o2g_unranked_memref *m, size_t elem_size)
+{
+    return o2g_rt_data("o2g_memref_data", m, elem_size);
+}
+
 void _mlir_ciface_o2g_rt_resadd(o2g_unranked_memref *a, o2g_unranked_memref *b, o2g_unranked_memref *c,
                                 float a_scale, float b_scale, float c_scale, int64_t relu)
 {

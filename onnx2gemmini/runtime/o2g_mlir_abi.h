@@ -21,6 +21,7 @@
 #ifndef O2G_MLIR_ABI_H
 #define O2G_MLIR_ABI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A ranked memref descriptor (MLIR's StridedMemRefType<T, N>): sizes and strides in elements. */
@@ -41,6 +42,10 @@ typedef struct o2g_unranked_memref {
 
 /* Fill any O2G_MEMREF(T, rank) for dense row-major data at `data` (offset 0). */
 void o2g_memref_init(void *descriptor, void *data, int rank, const int64_t *sizes);
+
+/* The first element of an unranked memref's data, elements of `elem_size` bytes; it must be dense
+ * row-major (else "o2g_mlir: o2g_memref_data: ..." and exit 1). */
+void *o2g_memref_data(const o2g_unranked_memref *m, size_t elem_size);
 
 /* The CPU kernels' wrappers, _mlir_ciface_o2g_rt_<function>(the o2g_runtime.h function's arguments in
  * order: tensors and lists as memrefs, integers as int64_t, floats as float, structs as their fields),

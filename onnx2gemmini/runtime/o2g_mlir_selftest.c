@@ -64,11 +64,7 @@ static void count(unsigned long values, unsigned long bad, int most, int output)
 
 void _mlir_ciface_o2g_rt_check(int64_t hook, o2g_unranked_memref *tensor)
 {
-    const struct {
-        int8_t *allocated, *aligned;
-        int64_t offset;
-    } *head = tensor->descriptor;
-    int8_t *data = head->aligned + head->offset;
+    int8_t *data = o2g_memref_data(tensor, 1);
     unsigned long k, i;
     for (k = 0; k < sizeof o2g_hook_checks / sizeof o2g_hook_checks[0]; k++) { /* an unused table: hook -1 */
         const struct o2g_hook_check *ch = &o2g_hook_checks[k];

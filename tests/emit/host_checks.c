@@ -39,11 +39,7 @@ void o2g_test_check_result(int64_t k, int64_t *differing, int *largest, int *don
 
 void _mlir_ciface_o2g_rt_check(int64_t k, o2g_unranked_memref *t)
 {
-    struct header {
-        int8_t *allocated, *aligned;
-        int64_t offset;
-    } *h = t->descriptor;
-    int8_t *data = h->aligned + h->offset;
+    int8_t *data = o2g_memref_data(t, 1);
     int64_t i;
     if (k < 0 || k >= num_checks)
         abort();
