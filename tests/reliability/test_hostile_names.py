@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -116,12 +117,27 @@ def test_hostile_names_through_every_emitter(tmp_path_factory, node_a, node_b, t
 def test_hostile_names_in_mlir(node_a, node_b, tensor_in, tensor_out, graph):
     pytest.importorskip("torch_mlir", reason="the MLIR parser comes with the test extra")
     from onnx2gemmini.emit.mlir import emit_mlir
+    from onnx2gemmini.emit.mlir_program import RUNTIME_FILES as MLIR_RUNTIME_FILES, mlir_program_files
+    from onnx2gemmini.slices import densify
     from tests.emit.mlir_interp import parse
 
     model = renamed(node_a, node_b, tensor_in, tensor_out, graph)
-    text = emit_mlir(o2g.compile(model, calib=random_dataset(model)).plan, "onnx2gemmini " + graph)
+    plan = o2g.compile(model, calib=random_dataset(model)).plan
+    text = emit_mlir(plan, "onnx2gemmini " + graph)
     assert text.isascii()
     parse(text)
+    # OUT/mlir/: the self-test's tables, data and Makefile, and the module with its step checks
+    sample, expected = selftest_case(densify(plan))
+    files = mlir_program_files(plan, sample, expected, "onnx2gemmini " + graph)
+    check_generated_text({k: v for k, v in files.items() if k not in MLIR_RUNTIME_FILES})
+    parse(files["model_checked.mlir"].decode("ascii"))
+    if shutil.which(CC):
+        with tempfile.TemporaryDirectory() as out:
+            for name, data in files.items():
+                Path(out, name).write_bytes(data)
+            proc = subprocess.run([CC, "-std=gnu99", "-fsyntax-only", "-Wall", "-Werror", f"-I{out}",
+                                   str(Path(out, "o2g_mlir_selftest.c"))], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
 
 
 # Every element report.html may contain: its own markup and what matplotlib's SVG writer emits.
@@ -211,6 +227,8 @@ def test_hostile_names_through_sorted_channels(tmp_path):
     assert_table_intact(report_markdown(build_report(compiled, compiled.timing)), len(plan.steps))
     pytest.importorskip("torch_mlir", reason="the MLIR parser comes with the test extra")
     from onnx2gemmini.emit.mlir import emit_mlir
+    from onnx2gemmini.emit.mlir_program import RUNTIME_FILES as MLIR_RUNTIME_FILES, mlir_program_files
+    from onnx2gemmini.slices import densify
     from tests.emit.mlir_interp import parse
     text = emit_mlir(plan, "onnx2gemmini")
     assert text.isascii()
