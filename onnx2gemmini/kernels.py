@@ -172,9 +172,11 @@ def avgpool(x, kernel, strides, pads, dilations, out, count_include_pad=0, **_) 
 
 
 def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
-    """Dequantize, float32 softmax, QuantizeLinear."""
-    f = x.astype(np.float32) * np.float32(in_scale)
-    e = np.exp(f - f.max(axis=axis, keepdims=True))
+    """Float32 softmax of int8 values, then QuantizeLinear. Each exp is exp(-d * in_scale) for d = (the row's
+    largest - the value) in 0..255 (one rounding of an exact product, where onnxruntime's float softmax
+    subtracts two rounded products): one table of 256 exps serves a call, here and in the C kernel."""
+    d = x.max(axis=axis, keepdims=True).astype(np.int16) - x.astype(np.int16)
+    e = np.exp(np.arange(256, dtype=np.float32) * np.float32(-in_scale))[d]
     p = e / e.sum(axis=axis, keepdims=True)
     return quantize(p, out_scale)
 

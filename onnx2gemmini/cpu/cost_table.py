@@ -106,8 +106,8 @@ COSTS: dict[str, dict[str, float]] = {
     'remap_runs': {'call': 310.815, 'elem': 0.291, 'row': 77.808, 'tap': 43.661},
     'resize_cubic': {'call': 0.0, 'elem': 230.458, 'row': 824.588},
     'resize_linear': {'call': 0.0, 'elem': 29.83, 'row': 603.651},
-    'softmax': {'call': 45.747, 'elem': 44.615, 'row': 4.6, 'tap': 85.822},
-    'softmax_strided': {'call': 972.129, 'elem': 129.418, 'row': 0.0, 'tap': 0.0},
+    'softmax': {'call': 0.0, 'elem': 35.486, 'row': 83.151, 'tap': 92.595},
+    'softmax_strided': {'call': 0.0, 'elem': 46.47, 'row': 0.0, 'tap': 90.287},
     'transpose': {'call': 298.639, 'elem': 2.096, 'row': 111.36, 'pixel': 3.647},
     'transpose_copy': {'call': 469.052, 'elem': 0.353, 'row': 50.057},
 }

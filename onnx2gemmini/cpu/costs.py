@@ -162,11 +162,11 @@ def dwconv_terms(n: int, h: int, w: int, c: int, multiplier: int, kernel, stride
 
 
 def softmax_terms(outer: int, axis_len: int, inner: int) -> tuple[str, Terms]:
-    """o2g_softmax: one exp per value of a row, or per distinct int8 value (at most 256) when the row is
-    longer ("tap": the exps)."""
+    """o2g_softmax: one table of at most 256 exps per call of at least 256 values, each exp(-d * in_scale) for a
+    value d steps below its row's largest; a smaller call one exp per value ("tap": the exps)."""
     rows = outer * inner
     return ("softmax" if inner == 1 else "softmax_strided"), {"call": 1, "elem": rows * axis_len, "row": rows,
-                                                               "tap": rows * min(axis_len, 256)}
+                                                               "tap": min(rows * axis_len, 256)}
 
 
 def layernorm_terms(outer: int, norm: int) -> tuple[str, Terms]:

@@ -1147,18 +1147,24 @@ static float o2g_pairwise(const struct o2g_values *v, size_t start, size_t n)
 
 #define O2G_SOFTMAX_BUF 256
 
-/* exp(x * in_scale - shift) with each operation rounded, as the emulator computes it. */
-O2G_INLINE float o2g_softmax_exp(int x, float in_scale, float shift)
+/* exp(-d * in_scale): the exp of a value d steps below its row's largest (one rounding of an exact product),
+ * as the emulator computes it. */
+O2G_INLINE float o2g_softmax_exp(int d, float in_scale)
 {
-    float d = o2g_deq(x, in_scale) - shift;
-    O2G_KEEP(d);
-    return expf(d);
+    float a = (float)-d * in_scale;
+    O2G_KEEP(a);
+    return expf(a);
 }
 
+/* Softmax of int8 rows. Every exp is exp(-d * in_scale) for d = (row's largest - value) in 0..255, so a call
+ * of at least 256 values uses one table, filled up to the widest row seen so far (at most 256 exps in all); a
+ * smaller call computes each value's exp (the same values either way). */
 void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                  float in_scale, float out_scale)
 {
-    float e[O2G_SOFTMAX_BUF], table[256];
+    float e[O2G_SOFTMAX_BUF], reversed[256]; /* reversed[255 - d] = exp(-d * in_scale) */
+    int filled = 0;                          /* entries d < filled are in the table */
+    const int table = outer * inner * axis_len >= 256 || axis_len > O2G_SOFTMAX_BUF;
     size_t o, i, k;
     for (o = 0; o < outer; o++)
         for (i = 0; i < inner; i++) {
@@ -1166,23 +1172,21 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
             int8_t *ys = y + o * axis_len * inner + i;
             struct o2g_values v;
             int top = -128, bottom = 127, t;
-            float shift, sum = 0.0f;
+            float sum = 0.0f;
             for (k = 0; k < axis_len; k++) {
                 t = xs[k * inner];
                 top = t > top ? t : top;
                 bottom = t < bottom ? t : bottom;
             }
-            shift = (float)top * in_scale; /* the largest dequantized value */
-            O2G_KEEP(shift);
-            if (axis_len <= (size_t)(top - bottom + 1) && axis_len <= O2G_SOFTMAX_BUF) {
-                for (k = 0; k < axis_len; k++) /* each exp once */
-                    e[k] = o2g_softmax_exp(xs[k * inner], in_scale, shift);
+            if (!table) {
+                for (k = 0; k < axis_len; k++)
+                    e[k] = o2g_softmax_exp(top - xs[k * inner], in_scale);
                 v.f = e;
                 v.kind = O2G_ARRAY;
-            } else { /* more values than distinct inputs: one exp per distinct value */
-                for (t = bottom; t <= top; t++)
-                    table[t + 128] = o2g_softmax_exp(t, in_scale, shift);
-                v.f = table + 128;
+            } else {
+                for (; filled <= top - bottom; filled++)
+                    reversed[255 - filled] = o2g_softmax_exp(filled, in_scale);
+                v.f = reversed + 255 - top; /* v.f[x] = exp(-(top - x) * in_scale) */
                 v.x = xs;
                 v.kind = O2G_TABLE;
             }
@@ -1190,12 +1194,12 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
                 sum = o2g_pairwise(&v, 0, axis_len);
             } else { /* in order along a strided one */
                 for (k = 0; k < axis_len; k++) {
-                    sum += v.kind == O2G_ARRAY ? e[k] : table[xs[k * inner] + 128];
+                    sum += v.kind == O2G_ARRAY ? e[k] : v.f[xs[k * inner]];
                     O2G_KEEP(sum);
                 }
             }
             for (k = 0; k < axis_len; k++) {
-                const float ek = v.kind == O2G_ARRAY ? e[k] : table[xs[k * inner] + 128];
+                const float ek = v.kind == O2G_ARRAY ? e[k] : v.f[xs[k * inner]];
                 ys[k * inner] = o2g_q(o2g_fdiv(ek, sum), out_scale);
             }
         }
