@@ -10,11 +10,16 @@
   `func.call` into the C runtime (emit/mlir_runtime.py), with unranked memref arguments.
 * Views between shapes are `memref.reshape` of the whole buffer (offset 0), lowered by
   finalize-memref-to-llvm, which -lower-gemmini includes; no subviews, no strided layouts.
+* Each step is a private function `@step_<k>` that @forward calls with the buffers it touches: the
+  lowering gives every runtime call's memref descriptors a stack slot of the function making the call, so
+  with every step inline @forward's frame grew with the model (136 KB for a 400-step text recognizer, beyond
+  gemmini-rocc-tests' 128 KB bare-metal stack); per step, a frame holds one step's descriptors.
 * Weights are `memref.global "private" constant`, hex `dense` data, 64-byte aligned, printed after @forward.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +38,8 @@ ALIGN = 64
 BUDDY_BANK_NUM = 4       # Transform.h constants of buddy-mlir: changing them needs a rebuild of buddy-opt
 BUDDY_MAX_BYTES = 64
 ENTRY = "forward"
+_VALUE = re.compile(r"%[A-Za-z0-9_.$-]+")
+_DEFINITION = re.compile(r"\s*(%[A-Za-z0-9_.$-]+) = ")
 C_IFACE = "attributes {llvm.emit_c_interface}"
 
 
@@ -96,6 +103,7 @@ class _Module:
         self.globals: dict[str, str] = {}              # symbol -> full line
         self.global_data: dict[str, np.ndarray] = {}
         self.const_type: dict[str, tuple] = {}        # constant id -> (symbol, shape) of its global
+        self.functions: list[list[str]] = []           # the step functions, printed after @forward
 
     def declare(self, sym: str, types: tuple[str, ...]) -> None:
         if self.decls.setdefault(sym, types) != types:
@@ -146,6 +154,8 @@ class _Module:
         for sym, types in sorted(self.decls.items()):
             out.append(f"  func.func private @{sym}({', '.join(types)}) {C_IFACE}")
         out += ["  " + line if line else "" for line in body]
+        for function in self.functions:
+            out += [""] + ["  " + line if line else "" for line in function]
         order = {"shape": 0, "zero": 1}
         syms = sorted(self.globals, key=lambda sym: order.get(sym.split(".")[0], 2))  # stable within a kind
         out += ["  " + self.globals[sym] for sym in syms]
@@ -163,10 +173,21 @@ class _Forward:
         self.storage: dict[str, str] = {}        # base tensor id -> SSA value of its whole buffer
         self.allocated: set[str] = set()
         self.views: dict[tuple, str] = {}        # (base id | @global, shape) -> SSA value
+        self.types: dict[str, str] = {}          # @forward's memref values -> their types
+        self.local: list[str] | None = None     # the lines of the step function being printed
 
     # --- values -----------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
+        """A line of @forward: buffers, views and weights (what several steps share)."""
         self.body.append("  " + line)
+
+    def emit_local(self, line: str) -> None:
+        """A line of the current step's function: its constants, casts, Gemmini op and runtime calls."""
+        self.local.append("  " + line)
+
+    def define(self, value: str, ty: str) -> str:
+        self.types[value] = ty
+        return value
 
     def elem_of(self, tid: str) -> str:
         if tid in self.plan.constants:
@@ -185,7 +206,7 @@ class _Forward:
             self.emit(f"{sv} = memref.get_global @{shp} : {memref_type((len(shape),), 'i64')}")
             self.emit(f"{v} = memref.reshape {source}({sv}) : ({memref_type(src_shape, elem)}, "
                       f"{memref_type((len(shape),), 'i64')}) -> {memref_type(shape, elem)}")
-            self.views[(key, shape)] = v
+            self.views[(key, shape)] = self.define(v, memref_type(shape, elem))
         return self.views[(key, shape)]
 
     def tensor(self, tid: str, shape: tuple[int, ...], write: bool = False) -> str:
@@ -199,7 +220,7 @@ class _Forward:
                 raise AssertionError(f"tensor {tid} is read before any step writes it")
             v = self.names.fresh(base.id)
             self.emit(f"{v} = memref.alloc() {{alignment = {ALIGN} : i64}} : {memref_type(base.shape, elem)}")
-            self.storage[base.id] = v
+            self.storage[base.id] = self.define(v, memref_type(base.shape, elem))
             self.allocated.add(base.id)
         return self.reshape(base.id, self.storage[base.id], base.shape, tuple(shape), elem, base.id)
 
@@ -224,7 +245,7 @@ class _Forward:
         if (key, gshape) not in self.views:
             v = self.names.fresh(sym)
             self.emit(f"{v} = memref.get_global @{sym} : {memref_type(gshape, elem)}")
-            self.views[(key, gshape)] = v
+            self.views[(key, gshape)] = self.define(v, memref_type(gshape, elem))
         return self.reshape(key, self.views[(key, gshape)], gshape, tuple(shape), elem, sym)
 
     def repeated_bias(self, cid: str | None, cols: int) -> str:
@@ -240,8 +261,9 @@ class _Forward:
         key = "@" + sym
         if (key, data.shape) not in self.views:
             v = self.names.fresh(sym)
-            self.emit(f"{v} = memref.get_global @{sym} : {memref_type(data.shape, element_type(data.dtype))}")
-            self.views[(key, data.shape)] = v
+            ty = memref_type(data.shape, element_type(data.dtype))
+            self.emit(f"{v} = memref.get_global @{sym} : {ty}")
+            self.views[(key, data.shape)] = self.define(v, ty)
         return self.views[(key, data.shape)]
 
     def value(self, tid: str | None, shape: tuple[int, ...]) -> str:
@@ -252,7 +274,7 @@ class _Forward:
 
     def i64(self, value: int, hint: str) -> str:
         v = self.names.fresh(hint)
-        self.emit(f"{v} = arith.constant {int(value)} : i64")
+        (self.emit_local if self.local is not None else self.emit)(f"{v} = arith.constant {int(value)} : i64")
         return v
 
     # --- the function -----------------------------------------------------------------------------
@@ -261,12 +283,13 @@ class _Forward:
         params, copies = [], []
         for tid in plan.inputs:
             v = self.names.fresh(tid)
-            params.append(f"{v}: {memref_type(plan.tensors[tid].shape, element_type(plan.tensors[tid].dtype))}")
-            self.storage[tid] = v
+            ty = memref_type(plan.tensors[tid].shape, element_type(plan.tensors[tid].dtype))
+            params.append(f"{v}: {ty}")
+            self.storage[tid] = self.define(v, ty)
         claimed = {}
         for tid in plan.outputs:
             t, base = plan.tensors[tid], plan.base(tid)
-            v = self.names.fresh(tid)
+            v = self.define(self.names.fresh(tid), memref_type(t.shape, element_type(t.dtype)))
             params.append(f"{v}: {memref_type(t.shape, element_type(t.dtype))}")
             if base.id in claimed or base.id in self.storage:
                 copies.append((tid, v))
@@ -280,8 +303,7 @@ class _Forward:
         last = self._last_uses()
         for index, step in enumerate(plan.steps):
             self.body.append("")
-            self._step(index, step)
-            self._checks(index)
+            self._outlined(index, step)
             for base_id in last.get(index, ()):
                 if base_id in self.allocated:
                     base = plan.tensors[base_id]
@@ -294,6 +316,27 @@ class _Forward:
         head = f"func.func @{ENTRY}({', '.join(params)}) {C_IFACE} {{"
         return [head] + self.body + ["  return", "}"]
 
+    def _outlined(self, index: int, step: Step) -> None:
+        """Step `index` as the private function @step_<index>, called by @forward with the buffers it uses."""
+        self.local, start = [], len(self.body)
+        self._step(index, step)
+        self._checks(index)
+        lines, self.local = self.local, None
+        defined = {m.group(1) for m in (_DEFINITION.match(line) for line in lines) if m}
+        used = list(dict.fromkeys(v for line in lines for v in _VALUE.findall(line.split("//")[0])))
+        params = [v for v in used if v not in defined]
+        missing = [v for v in params if v not in self.types]
+        if missing:
+            raise AssertionError(f"step {index} uses {missing} of @forward, which are not memrefs")
+        types = ", ".join(self.types[v] for v in params)
+        name = f"step_{index}"
+        comment = [line for line in lines if line.strip().startswith("// [")]
+        self.body[start:start] = comment
+        self.emit(f"func.call @{name}({', '.join(params)}) : ({types}) -> ()")
+        head = f"func.func private @{name}({', '.join(f'{v}: {self.types[v]}' for v in params)}) {{"
+        self.module.functions.append([head] + [line for line in lines if line not in comment] +
+                                     ["  return", "}"])
+
     def _checks(self, index: int) -> None:
         """The test hooks after step `index` (emit_mlir's check_steps)."""
         for k, check in enumerate(self.module.checks):
@@ -302,9 +345,9 @@ class _Forward:
             t = self.plan.tensors[check.tensor]
             v = self.tensor(t.id, t.shape)
             u = self.names.fresh("check.u")
-            self.emit(f"{u} = memref.cast {v} : {memref_type(t.shape, 'i8')} to {unranked_type('i8')}")
+            self.emit_local(f"{u} = memref.cast {v} : {memref_type(t.shape, 'i8')} to {unranked_type('i8')}")
             self.module.declare("o2g_rt_check", ("i64", unranked_type("i8")))
-            self.emit(f"func.call @o2g_rt_check({self.i64(k, 'check')}, {u}) : (i64, {unranked_type('i8')}) -> ()")
+            self.emit_local(f"func.call @o2g_rt_check({self.i64(k, 'check')}, {u}) : (i64, {unranked_type('i8')}) -> ()")
 
     def _last_uses(self) -> dict[int, list[str]]:
         last: dict[str, int] = {}
@@ -323,21 +366,21 @@ class _Forward:
             if step.heuristic_hazard:
                 raise UnsupportedError(f"--emit mlir: matmul '{step.node}': {step.heuristic_hazard}, and "
                                        "tile_matmul's lowering tiles as gemmini.h does")
-            self.emit(f"// {what}: gemmini.tile_matmul")
+            self.emit_local(f"// {what}: gemmini.tile_matmul")
             return self._matmul(step)
         if isinstance(step, Conv) and not conv_needs_runtime(step):
-            self.emit(f"// {what}: gemmini.tile_conv")
+            self.emit_local(f"// {what}: gemmini.tile_conv")
             return self._conv(step)
         calls = runtime_calls(step, self.plan)
         why = getattr(step, "reason", "") or (conv_needs_runtime(step) if isinstance(step, Conv) else "")
-        self.emit(f"// {what}: @{calls[0].symbol}" + (f" ({mlir_comment(why)})" if why else ""))
+        self.emit_local(f"// {what}: @{calls[0].symbol}" + (f" ({mlir_comment(why)})" if why else ""))
         for call in calls:
             self._call(index, step, call)
 
     def _tiles(self, step) -> None:
         if step.tiles:
             tiles = " ".join(f"{k}={v}" for k, v in step.tiles.items())
-            self.emit(f"// tiles chosen by onnx2gemmini: {mlir_comment(tiles)} (the tile ops take none; "
+            self.emit_local(f"// tiles chosen by onnx2gemmini: {mlir_comment(tiles)} (the tile ops take none; "
                       "-lower-gemmini tiles by its own heuristic)")
 
     def _matmul(self, s: Matmul) -> None:
@@ -355,7 +398,7 @@ class _Forward:
         attrs = (f"accScale = {f32_attr(s.scale)}, act = {i64_attr(s.act)}, dataflow = {i64_attr(1)}, "
                  + ("fullC = true, " if s.full_C else "") + f"repeatingBias = {bool_attr(s.repeating_bias)}")
         self._tiles(s)
-        self.emit(f'"gemmini.tile_matmul"({a}, {b}, {c}, {d}) {{{attrs}}} : ({", ".join(types)}) -> ()')
+        self.emit_local(f'"gemmini.tile_matmul"({a}, {b}, {c}, {d}) {{{attrs}}} : ({", ".join(types)}) -> ()')
 
     def _conv(self, s: Conv) -> None:
         poh, pow_ = s.pool_out_dims
@@ -376,7 +419,7 @@ class _Forward:
                  f"poolStride = {i64_attr(s.pool_stride)}, scale = {f32_attr(s.scale)}, "
                  f"stride = {i64_attr(s.stride)}")
         self._tiles(s)
-        self.emit(f'"gemmini.tile_conv"({x}, {w}, {b}, {y}, {", ".join(dims)}) {{{attrs}}} : '
+        self.emit_local(f'"gemmini.tile_conv"({x}, {w}, {b}, {y}, {", ".join(dims)}) {{{attrs}}} : '
                   f'({", ".join(types)}) -> ()')
 
     def _call(self, index: int, step: Step, call: RuntimeCall) -> None:
@@ -386,7 +429,7 @@ class _Forward:
             if isinstance(op, Arg):
                 v, elem = self._arg(op, op.tensor in writes)
                 u = self.names.fresh(f"{op.name}.u")
-                self.emit(f"{u} = memref.cast {v} : {memref_type(op.shape, elem)} to {unranked_type(elem)}")
+                self.emit_local(f"{u} = memref.cast {v} : {memref_type(op.shape, elem)} to {unranked_type(elem)}")
                 operands.append(u)
                 types.append(unranked_type(elem))
             elif isinstance(op, Array):
@@ -394,11 +437,11 @@ class _Forward:
                 types.append(unranked_type(op.type))
             else:
                 v = self.names.fresh(op.name)
-                self.emit(f"{v} = arith.constant {literal(op.value, op.type)} : {op.type}")
+                self.emit_local(f"{v} = arith.constant {literal(op.value, op.type)} : {op.type}")
                 operands.append(v)
                 types.append(op.type)
         self.module.declare(call.symbol, tuple(types))
-        self.emit(f"func.call @{call.symbol}({', '.join(operands)}) {{o2g.step = {index} : i64}} : "
+        self.emit_local(f"func.call @{call.symbol}({', '.join(operands)}) {{o2g.step = {index} : i64}} : "
                   f"({', '.join(types)}) -> ()")
 
     def _array(self, param: Array) -> str:
@@ -412,8 +455,8 @@ class _Forward:
         sym = self.module.global_for(f"{param.type}s.{tag}", shape, param.type, data)
         v = self.names.fresh(param.name)
         u = self.names.fresh(f"{param.name}.u")
-        self.emit(f"{v} = memref.get_global @{sym} : {memref_type(shape, param.type)}")
-        self.emit(f"{u} = memref.cast {v} : {memref_type(shape, param.type)} to {unranked_type(param.type)}")
+        self.emit_local(f"{v} = memref.get_global @{sym} : {memref_type(shape, param.type)}")
+        self.emit_local(f"{u} = memref.cast {v} : {memref_type(shape, param.type)} to {unranked_type(param.type)}")
         return u
 
     def _arg(self, arg: Arg, write: bool) -> tuple[str, str]:

@@ -268,6 +268,17 @@ class Interpreter:
                 data.flags.writeable = False
                 self.globals[op.attributes["sym_name"].value] = data
         self.freed: set[int] = set()   # ids of deallocated root arrays (all kept alive by the env)
+        self.defined = {op.attributes["sym_name"].value for op in module.body.operations
+                        if op.operation.name == "func.func" and len(op.regions[0].blocks)}
+
+    def call(self, name: str, args: list) -> None:
+        """A function of the module (a step's), on these operands: its memrefs are the caller's buffers."""
+        block = function(self.module, name).regions[0].blocks[0]
+        env = dict(zip(block.arguments, args))
+        for op in block.operations:
+            if self.step(op.operation, env) == "return":
+                return
+        raise InterpError(f"@{name} has no return")
 
     def run(self, inputs: list[np.ndarray], entry: str = "forward") -> list[np.ndarray]:
         """Call @entry with float inputs; returns the out-parameters (int8 outputs) it wrote."""
@@ -332,6 +343,8 @@ class Interpreter:
             callee = op.attributes["callee"].value
             if callee in GEMMINI_CALLS:
                 GEMMINI_CALLS[callee](*args)
+            elif callee in self.defined:
+                self.call(callee, args)
             elif callee == "o2g_rt_check":
                 if self.check is not None:
                     self.check(int(args[0]), args[1])

@@ -673,3 +673,21 @@ def test_repeating_bias_follows_buddys_lowering(rows):
     feeds = [data.sample(0)[plan.tensors[t].onnx_name] for t in plan.inputs]
     with pytest.raises(InterpError, match="outside an operand: D"):
         Interpreter(old, densify(plan)).run(feeds)
+
+
+def test_every_step_is_its_own_function():
+    """The lowering gives each runtime call's memref descriptors a stack slot of the calling function, so with
+    the steps inline @forward's frame grew with the model (136 KB for a 400-step text recognizer through
+    Buddy, over gemmini-rocc-tests' 128 KB bare-metal stack). @forward holds only buffers, views and one call
+    per step; each step's function holds its casts, tile op and runtime calls."""
+    _, compiled = compiled_case("squeeze_excite_lut_binary")
+    module = parse(emit_mlir(compiled.plan, check_steps=True))
+    forward = next(op for op in module.body.operations if op.operation.name == "func.func"
+                   and op.attributes["sym_name"].value == "forward")
+    inside = {op.operation.name for op in forward.regions[0].blocks[0].operations}
+    assert inside <= {"arith.constant", "gemmini.flush", "memref.alloc", "memref.dealloc", "memref.get_global",
+                      "memref.reshape", "memref.copy", "func.call", "func.return"}, inside
+    calls = [op.attributes["callee"].value for op in forward.regions[0].blocks[0].operations
+             if op.operation.name == "func.call"]
+    assert calls == [f"step_{k}" for k in range(len(compiled.plan.steps))] or \
+        calls == [f"step_{k}" for k in range(len(densify(compiled.plan).steps))]
