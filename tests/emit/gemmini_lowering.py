@@ -202,42 +202,40 @@ def gemmini_h_tiled_matmul(dim_i, dim_j, dim_k, has_bias: bool, repeating: bool,
 
 class _Memory:
     def __init__(self, buffers: dict[str, np.ndarray]):
-        self.bytes = {name: bytearray(np.ascontiguousarray(v).tobytes()) for name, v in buffers.items()}
+        self.bytes = {name: np.frombuffer(np.ascontiguousarray(v).tobytes(), np.uint8).copy()
+                      for name, v in buffers.items()}
 
-    def read(self, ref: Ref, offset: int, count: int, dtype) -> np.ndarray:
-        size = count * np.dtype(dtype).itemsize
-        start = ref.offset + offset
+    def _span(self, ref: Ref, offset: int, rows: int, width: int, stride: int) -> np.ndarray:
+        """`rows` rows of `width` bytes, `stride` bytes apart, from `offset` bytes past `ref` (a view)."""
         buf = self.bytes[ref.operand]
-        if start < 0 or start + size > len(buf):
-            raise OutOfBounds(f"{ref.operand}: bytes {start}..{start + size} of {len(buf)}")
-        return np.frombuffer(bytes(buf[start:start + size]), dtype).copy()
+        start = ref.offset + offset
+        end = start + (rows - 1) * stride + width
+        if start < 0 or end > len(buf) or (rows > 1 and stride < 0):
+            raise OutOfBounds(f"{ref.operand}: bytes {start}..{end} of {len(buf)}")
+        return np.lib.stride_tricks.as_strided(buf[start:], (rows, width), (stride, 1))
 
-    def write(self, ref: Ref, offset: int, values: np.ndarray) -> None:
-        raw = np.ascontiguousarray(values).tobytes()
-        start = ref.offset + offset
-        buf = self.bytes[ref.operand]
-        if start < 0 or start + len(raw) > len(buf):
-            raise OutOfBounds(f"{ref.operand}: write of bytes {start}..{start + len(raw)} of {len(buf)}")
-        buf[start:start + len(raw)] = raw
+    def read(self, ref: Ref, offset: int, rows: int, cols: int, stride: int, dtype) -> np.ndarray:
+        width = cols * np.dtype(dtype).itemsize
+        return np.ascontiguousarray(self._span(ref, offset, rows, width, stride)).view(dtype).reshape(rows, cols)
+
+    def write(self, ref: Ref, offset: int, values: np.ndarray, stride: int) -> None:
+        raw = np.ascontiguousarray(values).view(np.uint8).reshape(values.shape[0], -1)
+        self._span(ref, offset, raw.shape[0], raw.shape[1], stride)  # the bounds check
+        buf, start = self.bytes[ref.operand], ref.offset + offset
+        for r, row in enumerate(raw):
+            buf[start + r * stride:start + r * stride + len(row)] = row
 
 
 def execute(program: Program, buffers: dict[str, np.ndarray], c_shape, cfg: Config) -> np.ndarray:
-    """libgemmini's loop_ws on `buffers` (A, B, D, C by name): returns C."""
+    """libgemmini's loop_ws on `buffers` (A, B, D, C by name): returns C. The scratchpad and accumulator are
+    arrays of rows by address; rows nothing was loaded into hold STALE."""
     dim = cfg.dim
     full_c = any(call.full_c for call in program.calls)
     c_dtype = np.int32 if full_c else np.int8
-    buffers = dict(buffers)
-    buffers["C"] = np.zeros(c_shape, c_dtype)
-    mem = _Memory(buffers)
-    spad: dict[int, np.ndarray] = {}
-    acc: dict[int, np.ndarray] = {}
+    mem = _Memory({**buffers, "C": np.zeros(c_shape, c_dtype)})
     half = BANK_NUM * cfg.bank_rows // 2
-
-    def mvin(ref: Ref, rows: int, cols: int, store: dict, addr: int, state_id: int, dtype) -> None:
-        for r in range(rows):
-            row = np.zeros(dim, np.int32)
-            row[:cols] = mem.read(ref, r * program.ld_stride[state_id], cols, dtype)
-            store[addr + r] = row
+    spad = np.full((2 * half, dim), STALE, np.int64)
+    acc = np.full((cfg.acc_rows, dim), STALE, np.int64)
 
     for call in program.calls:
         n_i, n_j, n_k = call.i, call.j, call.k
@@ -245,47 +243,47 @@ def execute(program: Program, buffers: dict[str, np.ndarray], c_shape, cfg: Conf
             raise OutOfBounds("LOOP_WS bounds were too large for double-buffering")
         a_start = half if call.a_spad_id == 2 else 0
         b_start = (2 * half if call.b_spad_id == 2 else half) - n_k * n_j * dim
-
-        def rows_of(i):
-            return dim - (call.pad_i if i == n_i - 1 else 0)
-
-        def cols_j(j):
-            return dim - (call.pad_j if j == n_j - 1 else 0)
-
-        def depth(k):
-            return dim - (call.pad_k if k == n_k - 1 else 0)
-        if call.d is not None:
+        rows = [dim - (call.pad_i if i == n_i - 1 else 0) for i in range(n_i)]
+        cols = [dim - (call.pad_j if j == n_j - 1 else 0) for j in range(n_j)]
+        depth = [dim - (call.pad_k if k == n_k - 1 else 0) for k in range(n_k)]
+        if call.d is not None:  # mvin D into the accumulator rows of C, with config_ld's D stride
             for i in range(n_i):
                 for j in range(n_j):
-                    d_ref = Ref(call.d.operand, call.d.offset + (i * call.stride_d + j) * dim * ACC_T_BYTES)
-                    mvin(d_ref, rows_of(i), cols_j(j), acc, (i * n_j + j) * dim, 2, np.int32)
+                    block = mem.read(call.d, (i * call.stride_d + j) * dim * ACC_T_BYTES, rows[i], cols[j],
+                                     program.ld_stride[2], np.int32)
+                    at = (i * n_j + j) * dim
+                    acc[at:at + rows[i], :cols[j]] = block
+        for i in range(n_i):
+            for k in range(n_k):
+                if call.a is not None:
+                    at = a_start + (i * n_k + k) * dim
+                    spad[at:at + rows[i], :depth[k]] = mem.read(call.a, (i * call.stride_a + k) * dim, rows[i],
+                                                                depth[k], program.ld_stride[0], np.int8)
         for k in range(n_k):
             for j in range(n_j):
-                for i in range(n_i):
-                    a_addr, b_addr, c_addr = a_start + (i * n_k + k) * dim, b_start + (k * n_j + j) * dim, (i * n_j + j) * dim
-                    if j == 0 and call.a is not None:
-                        mvin(Ref("A", call.a.offset + (i * call.stride_a + k) * dim), rows_of(i), depth(k), spad,
-                             a_addr, 0, np.int8)
-                    if i == 0 and call.b is not None:
-                        mvin(Ref("B", call.b.offset + (k * call.stride_b + j) * dim), depth(k), cols_j(j), spad,
-                             b_addr, 1, np.int8)
-                    stale = np.full(dim, STALE, np.int64)
-                    a = np.array([spad.get(a_addr + r, stale) for r in range(dim)], np.int64)
-                    b = np.array([spad.get(b_addr + r, stale) for r in range(dim)], np.int64)
-                    a[rows_of(i):, :] = 0
-                    a[:, depth(k):] = 0
-                    b[depth(k):, :] = 0
-                    b[:, cols_j(j):] = 0
-                    product = (a @ b).astype(np.int64)
-                    overwrite = not call.ex_accumulate and k == 0
-                    for r in range(dim):
-                        base = np.zeros(dim, np.int64) if overwrite else np.asarray(acc.get(c_addr + r, stale), np.int64)
-                        acc[c_addr + r] = numerics.wrap_int32(base + product[r])
-                    if call.c is not None and k == n_k - 1:
-                        sizeof_c = ACC_T_BYTES if call.full_c else ELEM_T_BYTES
-                        out = Ref("C", call.c.offset + (i * call.stride_c + j) * dim * sizeof_c)
-                        for r in range(rows_of(i)):
-                            row = np.asarray(acc[c_addr + r][:cols_j(j)], np.int32)
-                            value = row if call.full_c else numerics.acc_scale(row, program.scale, program.act == 1)
-                            mem.write(out, r * program.st_stride, np.asarray(value, c_dtype))
-    return np.frombuffer(bytes(mem.bytes["C"]), c_dtype).reshape(c_shape).copy()
+                if call.b is not None:
+                    at = b_start + (k * n_j + j) * dim
+                    spad[at:at + depth[k], :cols[j]] = mem.read(call.b, (k * call.stride_b + j) * dim, depth[k],
+                                                                cols[j], program.ld_stride[1], np.int8)
+        a = spad[a_start:a_start + n_i * n_k * dim].reshape(n_i, n_k, dim, dim).copy()
+        b = spad[b_start:b_start + n_k * n_j * dim].reshape(n_k, n_j, dim, dim).copy()
+        r, c = np.arange(dim)[:, None], np.arange(dim)[None, :]
+        for i in range(n_i):
+            for k in range(n_k):
+                a[i, k][(r >= rows[i]) | (c >= depth[k])] = 0     # compute reads A_rows x A_cols
+        for k in range(n_k):
+            for j in range(n_j):
+                b[k, j][(r >= depth[k]) | (c >= cols[j])] = 0     # and B_rows x B_cols
+        product = np.einsum("ikrc,kjcs->ijrs", a, b)
+        region = acc[:n_i * n_j * dim].reshape(n_i, n_j, dim, dim)
+        base = 0 if not call.ex_accumulate else region           # the first k overwrites without ex_accumulate
+        region[...] = numerics.wrap_int32(base + product).astype(np.int64)
+        if call.c is not None:
+            sizeof_c = ACC_T_BYTES if call.full_c else ELEM_T_BYTES
+            for i in range(n_i):
+                for j in range(n_j):
+                    block = np.asarray(region[i, j, :rows[i], :cols[j]], np.int32)
+                    value = block if call.full_c else numerics.acc_scale(block, program.scale, program.act == 1)
+                    mem.write(call.c, (i * call.stride_c + j) * dim * sizeof_c, np.asarray(value, c_dtype),
+                              program.st_stride)
+    return mem.bytes["C"].view(c_dtype).reshape(c_shape).copy()
