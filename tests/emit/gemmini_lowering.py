@@ -253,18 +253,14 @@ def execute(program: Program, buffers: dict[str, np.ndarray], c_shape, cfg: Conf
                                      program.ld_stride[2], np.int32)
                     at = (i * n_j + j) * dim
                     acc[at:at + rows[i], :cols[j]] = block
-        for i in range(n_i):
-            for k in range(n_k):
-                if call.a is not None:
-                    at = a_start + (i * n_k + k) * dim
-                    spad[at:at + rows[i], :depth[k]] = mem.read(call.a, (i * call.stride_a + k) * dim, rows[i],
-                                                                depth[k], program.ld_stride[0], np.int8)
-        for k in range(n_k):
-            for j in range(n_j):
-                if call.b is not None:
-                    at = b_start + (k * n_j + j) * dim
-                    spad[at:at + depth[k], :cols[j]] = mem.read(call.b, (k * call.stride_b + j) * dim, depth[k],
-                                                                cols[j], program.ld_stride[1], np.int8)
+        # mvin A blocks [i][k] and B blocks [k][j] (none when the call reuses the scratchpad's: a NULL address)
+        for ref, start, stride, state_id, down, across in ((call.a, a_start, call.stride_a, 0, rows, depth),
+                                                            (call.b, b_start, call.stride_b, 1, depth, cols)):
+            for u in range(len(down) if ref is not None else 0):
+                for v in range(len(across)):
+                    at = start + (u * len(across) + v) * dim
+                    spad[at:at + down[u], :across[v]] = mem.read(ref, (u * stride + v) * dim, down[u], across[v],
+                                                                 program.ld_stride[state_id], np.int8)
         a = spad[a_start:a_start + n_i * n_k * dim].reshape(n_i, n_k, dim, dim).copy()
         b = spad[b_start:b_start + n_k * n_j * dim].reshape(n_k, n_j, dim, dim).copy()
         r, c = np.arange(dim)[:, None], np.arange(dim)[None, :]
