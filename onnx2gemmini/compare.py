@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 from onnx.utils import Extractor
 
-from .ort_session import probe, session
+from .ort_session import probe, run, session
 from .compiler import Compiled
 from .data import Dataset
 from .errors import DataError, OutputError, UsageError
@@ -218,8 +218,8 @@ class _Checker:
         come from (signal, noise, dot product, int8 power)."""
         plan, quant = self.plan, self.quant
         buffers = self.emulator.run(sample, keep=True)
-        ref_values = dict(zip(self.fp32_names, self.fp32.run(self.fp32_names, sample)))
-        gold = dict(zip(self.output_names, self.golden.run(self.output_names, sample)))
+        ref_values = dict(zip(self.fp32_names, run(self.fp32, self.fp32_names, sample)))
+        gold = dict(zip(self.output_names, run(self.golden, self.output_names, sample)))
         original = self.original.run(sample)
         outputs = {}
         for name, tid in zip(self.output_names, plan.outputs):
@@ -241,7 +241,7 @@ class _Checker:
             for src, name in zip(layer.inputs, feeds):
                 q = self.stored_value(buffers, src)
                 feed[name] = q if q.dtype == np.float32 else q.astype(np.float32) * quant.value_scales(src, q.ndim)
-            gold_layer = sess.run([layer.tensor], feed)[0]
+            gold_layer = run(sess, [layer.tensor], feed)[0]
             if holder.dtype == "float32":  # a float32 model output (or its activation)
                 diff = float_distance(ours, gold_layer, self.units[holder.id])
                 mine = ours.astype(np.float64).ravel()

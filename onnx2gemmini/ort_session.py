@@ -89,7 +89,11 @@ def _open(model, opts: ort.SessionOptions) -> ort.InferenceSession:
     try:
         return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}") from None
+        raise _refused(exc) from None
+
+
+def _refused(exc: Exception) -> ModelError:
+    return ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}")
 
 
 def run(sess: ort.InferenceSession, outputs: list[str], feed: dict) -> list[np.ndarray]:
@@ -98,7 +102,7 @@ def run(sess: ort.InferenceSession, outputs: list[str], feed: dict) -> list[np.n
     try:
         return sess.run(outputs, feed)
     except Exception as exc:  # onnxruntime's pybind exceptions share no narrower base
-        raise ModelError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0][:300]}") from None
+        raise _refused(exc) from None
 
 
 def has_entries(opts: ort.SessionOptions, entries: dict[str, str]) -> bool:

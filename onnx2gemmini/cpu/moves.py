@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -213,13 +214,14 @@ class Lut(CpuKernel):
     """y = table[x + 128]: a unary activation tabulated at compile time for the input and output scales."""
 
     table: tuple[int, ...]
+    dtype: ClassVar[type] = np.int8
 
     def run(self, inputs, out_shapes):
-        return [np.asarray(self.table, np.int8)[inputs[0].astype(np.int16) + 128]]
+        return [np.asarray(self.table, self.dtype)[inputs[0].astype(np.int16) + 128]]
 
     def calls(self, site: CallSite):
         x = site.inputs[0]
-        return [CCall(LUT, (x.arg(), site.outputs[0].arg(), x.size, self.table))]
+        return [CCall(self.functions[0], (x.arg(), site.outputs[0].arg(), x.size, self.table))]
 
     def cost_parts(self, site: CallSite):
         return [costs.lut_terms(site.inputs[0].size)]
@@ -237,27 +239,18 @@ FLOAT_FUNCTION = Tolerance(1, 1.0, "onnxruntime's float32 function approximation
 
 @cpu_kernel("lut_f32", LUT_F32)
 @dataclass(frozen=True)
-class FloatLut(CpuKernel):
+class FloatLut(Lut):
     """y = table[x + 128] in float32: a unary activation's exact values at the 256 int8 inputs, for a model
     output kept float (quantize.float_tensors)."""
 
     table: tuple[float, ...]
-
-    def run(self, inputs, out_shapes):
-        return [np.asarray(self.table, np.float32)[inputs[0].astype(np.int16) + 128]]
+    dtype: ClassVar[type] = np.float32
 
     def float_bound(self, input_bounds: list[float | None]) -> float:
         """The largest magnitude the output can hold (its comparison unit is 2^-20 of it, compare.py)."""
         finite = np.abs(np.asarray(self.table, np.float64))
         finite = finite[np.isfinite(finite)]
         return float(finite.max()) if finite.size else 0.0
-
-    def calls(self, site: CallSite):
-        x = site.inputs[0]
-        return [CCall(LUT_F32, (x.arg(), site.outputs[0].arg(), x.size, self.table))]
-
-    def cost_parts(self, site: CallSite):
-        return [costs.lut_terms(site.inputs[0].size)]
 
     def golden(self, site: CallSite) -> Tolerance:
         return FLOAT_FUNCTION

@@ -64,6 +64,11 @@ def c_files(plan: Plan, sample: dict[str, np.ndarray], expected: dict[str, np.nd
     return dict(sorted(files.items()))
 
 
+def c_prefix(plan: Plan, prefix: str | None = None) -> str:
+    """The prefix of the generated C symbols: `prefix` as an identifier, else o2g_<model name>."""
+    return c_identifier(prefix) if prefix else "o2g_" + c_identifier(plan.model_name).lower()
+
+
 # --- literals ------------------------------------------------------------------------------------
 
 def block_comment(lines: list[str], indent: str = "") -> list[str]:
@@ -118,7 +123,7 @@ class CProgram:
 
     def __init__(self, plan: Plan, command: str = "", prefix: str | None = None):
         self.plan = plan
-        self.p = c_identifier(prefix) if prefix else "o2g_" + c_identifier(plan.model_name).lower()
+        self.p = c_prefix(plan, prefix)
         self.P = self.p.upper()
         self.banner = banner_lines(plan, command) + [f"gemmini.h: {GEMMINI_VERSION}"]
         self.memory = plan_memory(plan)

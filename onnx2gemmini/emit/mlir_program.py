@@ -21,9 +21,10 @@ from ..plan import Plan
 from ..slices import densify
 from ..tolerance import EXACT
 from .banner import banner_lines
-from .c import blob, block_comment, incbin_source
+from .c import blob, block_comment, c_prefix, check_dtype, incbin_source
+from .checks import selftest_checks
 from .mlir import emit_mlir, lower_gemmini_options, step_checks
-from .names import c_identifier, c_string, makefile_comment
+from .names import c_string, makefile_comment
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 RUNTIME_FILES = ("o2g_mlir_abi.c", "o2g_mlir_abi.h", "o2g_mlir_cpu_abi.inc", "o2g_runtime.c", "o2g_runtime.h",
@@ -58,7 +59,10 @@ class _Program:
         self.dense = densify(plan)
         self.hooks = step_checks(plan)                    # every hook of model_checked.mlir, in k order
         self.default_hooks = [k for k, c in enumerate(self.hooks) if c.tolerance != EXACT]
-        self.p = "o2g_" + c_identifier(plan.model_name).lower()
+        for check in selftest_checks(self.dense, False):  # outputs compared for equality when @forward returns
+            if check.tensor in plan.outputs:
+                check_dtype(self.dense, check)
+        self.p = c_prefix(plan)
         self.banner = banner_lines(plan, command)
 
     def files(self, sample, expected) -> dict[str, bytes]:

@@ -129,74 +129,55 @@ def buddy_tiles(dim_i, dim_j, dim_k, cfg: Config) -> tuple[int, int, int]:
 
 def buddy_tile_matmul(a_shape, b_shape, c_shape, d_shape, repeating: bool, act: int, scale: float,
                       full_c: bool, cfg: Config, tiles=None) -> Program:
-    """Buddy's lowering of tile_matmul(A, B, C, D) with these memref shapes (WS, no transposes, i32 D)."""
-    dim = cfg.dim
-    dim_i, dim_k = a_shape
-    dim_j = b_shape[1]
+    """Buddy's lowering of tile_matmul(A, B, C, D) with these memref shapes (WS, no transposes, i32 D): strides
+    from the memrefs' shapes[1], its own tiles, D always loaded (noBias is always false, so ex_accumulate is
+    set), no scratchpad reuse, and config_ld gives D strideD * sizeof(D) even when the bias repeats."""
     stride_a, stride_b, stride_c, stride_d = a_shape[1], b_shape[1], c_shape[1], d_shape[1]
-    sizeof_d, sizeof_c = ACC_T_BYTES, ACC_T_BYTES if full_c else ELEM_T_BYTES
-    ti, tj, tk = tiles or buddy_tiles(dim_i, dim_j, dim_k, cfg)
-    (n_i, n_j, n_k), (last_i, last_j, last_k), (pad_i, pad_j, pad_k) = _outer(dim_i, dim_j, dim_k, ti, tj, tk, dim)
-    # ConfigStOp(strideC * sizeofC, act & 3, scale); ConfigLdOp per id: A, B, and D with strideD * sizeofD
-    program = Program({0: stride_a * ELEM_T_BYTES, 1: stride_b * ELEM_T_BYTES, 2: stride_d * sizeof_d},
-                      stride_c * sizeof_c, act & 3, scale, tiles=(ti, tj, tk))
-    for i0 in range(n_i):
-        for j0 in range(n_j):
-            for k0 in range(n_k):
-                if k0 != 0:
-                    pre = None
-                else:
-                    bias_row = 0 if repeating else i0 * ti * dim
-                    pre = Ref("D", (bias_row * stride_d + j0 * tj * dim) * sizeof_d)
-                out = Ref("C", (i0 * ti * dim * stride_c + j0 * tj * dim) * sizeof_c) if k0 == n_k - 1 else None
-                program.calls.append(LoopWs(
-                    i=ti if i0 < n_i - 1 else last_i, j=tj if j0 < n_j - 1 else last_j,
-                    k=tk if k0 < n_k - 1 else last_k, pad_i=pad_i if i0 == n_i - 1 else 0,
-                    pad_j=pad_j if j0 == n_j - 1 else 0, pad_k=pad_k if k0 == n_k - 1 else 0,
-                    a=Ref("A", (i0 * ti * dim * stride_a + k0 * tk * dim) * ELEM_T_BYTES),
-                    b=Ref("B", (k0 * tk * dim * stride_b + j0 * tj * dim) * ELEM_T_BYTES),
-                    d=pre, c=out, stride_a=stride_a, stride_b=stride_b,
-                    stride_d=0 if repeating else stride_d, stride_c=stride_c,
-                    ex_accumulate=True,              # spTiledMatmulWs: !noBias, and noBias is always false
-                    full_c=full_c, act=act))
-    return program
+    return _tiled_outer((a_shape[0], b_shape[1], a_shape[1]), (stride_a, stride_b, stride_c, stride_d),
+                        tiles or buddy_tiles(a_shape[0], b_shape[1], a_shape[1], cfg), stride_d * ACC_T_BYTES,
+                        repeating, act, scale, full_c, cfg, has_bias=True, reuse=False)
 
 
 def gemmini_h_tiled_matmul(dim_i, dim_j, dim_k, has_bias: bool, repeating: bool, act: int, scale: float,
                            full_c: bool, tiles, cfg: Config) -> Program:
     """gemmini.h's tiled_matmul_outer (WS, no transposes) on dense [I][K], [K][J], [I][J] matrices and a bias
-    of one row (repeating) or [I][J], as the C back end calls it (D = NULL without a bias)."""
+    of one row (repeating) or [I][J], as the C back end calls it (D = NULL without a bias): config_ld gives a
+    repeating D stride 0, and an operand that fits is reused from the scratchpad (a_reuse, b_reuse)."""
+    return _tiled_outer((dim_i, dim_j, dim_k), (dim_k, dim_j, dim_j, dim_j), tiles,
+                        0 if repeating else dim_j * ACC_T_BYTES, repeating, act, scale, full_c, cfg,
+                        has_bias=has_bias, reuse=True)
+
+
+def _tiled_outer(dims, strides, tiles, d_load_stride: int, repeating: bool, act: int, scale: float, full_c: bool,
+                 cfg: Config, has_bias: bool, reuse: bool) -> Program:
+    """The tile loop tiledMatmulOuter and tiled_matmul_outer share line for line (i0, j0, k0; the D and C
+    offsets, the last tiles and their padding), with what differs between them as arguments."""
     dim = cfg.dim
-    stride_a, stride_b, stride_c, stride_d = dim_k, dim_j, dim_j, dim_j
+    dim_i, dim_j, dim_k = dims
+    stride_a, stride_b, stride_c, stride_d = strides
     sizeof_d, sizeof_c = ACC_T_BYTES, ACC_T_BYTES if full_c else ELEM_T_BYTES
     ti, tj, tk = tiles
     (n_i, n_j, n_k), (last_i, last_j, last_k), (pad_i, pad_j, pad_k) = _outer(dim_i, dim_j, dim_k, ti, tj, tk, dim)
-    no_bias = not has_bias
-    program = Program({0: stride_a * ELEM_T_BYTES, 1: stride_b * ELEM_T_BYTES,
-                       2: 0 if repeating else stride_d * sizeof_d}, stride_c * sizeof_c, act & 3, scale,
-                      tiles=(ti, tj, tk))
-    b_reuse, a_reuse = n_j * n_k <= 2, n_i * n_k <= 2
+    program = Program({0: stride_a * ELEM_T_BYTES, 1: stride_b * ELEM_T_BYTES, 2: d_load_stride},
+                      stride_c * sizeof_c, act & 3, scale, tiles=(ti, tj, tk))
+    a_reuse, b_reuse = reuse and n_i * n_k <= 2, reuse and n_j * n_k <= 2
     for i0 in range(n_i):
         for j0 in range(n_j):
             for k0 in range(n_k):
-                a_spad = (1 if i0 + k0 == 0 else 2) if a_reuse else 0
-                b_spad = (1 if j0 + k0 == 0 else 2) if b_reuse else 0
-                if k0 != 0:
-                    pre = None
-                else:
-                    bias_row = 0 if repeating else i0 * ti * dim
-                    pre = Ref("D", (bias_row * stride_d + j0 * tj * dim) * sizeof_d)  # D = (void *)1 without bias
+                pre = None if k0 != 0 else \
+                    Ref("D", ((0 if repeating else i0 * ti * dim) * stride_d + j0 * tj * dim) * sizeof_d)
                 out = Ref("C", (i0 * ti * dim * stride_c + j0 * tj * dim) * sizeof_c) if k0 == n_k - 1 else None
-                a = None if a_reuse and j0 >= 1 else Ref("A", (i0 * ti * dim * stride_a + k0 * tk * dim))
-                b = None if b_reuse and i0 >= 1 else Ref("B", (k0 * tk * dim * stride_b + j0 * tj * dim))
                 program.calls.append(LoopWs(
                     i=ti if i0 < n_i - 1 else last_i, j=tj if j0 < n_j - 1 else last_j,
                     k=tk if k0 < n_k - 1 else last_k, pad_i=pad_i if i0 == n_i - 1 else 0,
                     pad_j=pad_j if j0 == n_j - 1 else 0, pad_k=pad_k if k0 == n_k - 1 else 0,
-                    a=a, b=b, d=None if no_bias else pre, c=out, stride_a=stride_a, stride_b=stride_b,
+                    a=None if a_reuse and j0 >= 1 else Ref("A", i0 * ti * dim * stride_a + k0 * tk * dim),
+                    b=None if b_reuse and i0 >= 1 else Ref("B", k0 * tk * dim * stride_b + j0 * tj * dim),
+                    d=pre if has_bias else None, c=out, stride_a=stride_a, stride_b=stride_b,
                     stride_d=0 if repeating else stride_d, stride_c=stride_c,
-                    ex_accumulate=not no_bias or pre is None, full_c=full_c, act=act,
-                    a_spad_id=a_spad, b_spad_id=b_spad))
+                    ex_accumulate=has_bias or pre is None, full_c=full_c, act=act,
+                    a_spad_id=(1 if i0 + k0 == 0 else 2) if a_reuse else 0,
+                    b_spad_id=(1 if j0 + k0 == 0 else 2) if b_reuse else 0))
     return program
 
 

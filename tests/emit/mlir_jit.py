@@ -200,10 +200,7 @@ def main_c(input_shapes: list[tuple], output_shapes: list[tuple]) -> str:
 def build_program(text: str, lib: Path, input_shapes, output_shapes, out_dir: Path) -> Path:
     """model.mlir + the runtime + a main -> a native executable (the object file comes from MLIR's JIT,
     which resolves the runtime symbols in `lib` while compiling; the linker resolves them again)."""
-    obj = out_dir / "model.o"
-    engine = ExecutionEngine(lower(text), opt_level=2, shared_libs=[str(lib)])
-    engine.raw_lookup("forward")  # compiles the module: the object file holds what was compiled
-    engine.dump_to_object_file(str(obj))
+    obj = _object_file(text, lib, out_dir)
     main = out_dir / "main.c"
     main.write_text(main_c(input_shapes, output_shapes))
     exe = out_dir / "model"
@@ -212,14 +209,21 @@ def build_program(text: str, lib: Path, input_shapes, output_shapes, out_dir: Pa
     return exe
 
 
+def _object_file(text: str, lib: Path, out_dir: Path) -> Path:
+    """The module lowered here, as out_dir/model.o (MLIR's JIT resolves the runtime symbols in `lib` while
+    compiling; the linker resolves them again)."""
+    obj = out_dir / "model.o"
+    engine = ExecutionEngine(lower(text), opt_level=2, shared_libs=[str(lib)])
+    engine.raw_lookup("forward")  # compiles the module: the object file holds what was compiled
+    engine.dump_to_object_file(str(obj))
+    return obj
+
+
 def build_selftest(text: str, lib: Path, program_dir: Path, check_layers: bool) -> Path:
     """OUT/mlir's self-test program (o2g_mlir_selftest.c and the files mlir_program.py writes, as emitted) for
     this host: `text` (../model.mlir or model_checked.mlir, as its Makefile picks) lowered here with the host
     tile ops, linked with the emitted runtime copies in `program_dir`."""
-    engine = ExecutionEngine(lower(text), opt_level=2, shared_libs=[str(lib)])
-    engine.raw_lookup("forward")
-    obj = program_dir / "model.o"
-    engine.dump_to_object_file(str(obj))
+    obj = _object_file(text, lib, program_dir)
     sources = ["o2g_mlir_selftest.c", "selftest_data.S", "o2g_mlir_abi.c", "o2g_runtime.c"]
     sources += ["selftest_layers.S"] if check_layers else []
     exe = program_dir / ("model-layers" if check_layers else "model")
