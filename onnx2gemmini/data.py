@@ -73,8 +73,15 @@ def random_data(inputs: list[ValueInfo], num_samples: int = 8, seed: int = 0) ->
     limits.exceeded("data_bytes", f"random calibration data ({num_samples} samples of "
                     f"{', '.join(_shape_text(i) for i in inputs)})", size, DataError)
     rng = np.random.default_rng(seed)
-    arrays = {i.name: rng.standard_normal((num_samples,) + tuple(i.shape)).astype(np.float32) for i in inputs}
+    arrays = {i.name: _random_ids(rng, i, num_samples) if np.dtype(i.dtype).kind in "iu"
+              else rng.standard_normal((num_samples,) + tuple(i.shape)).astype(np.float32) for i in inputs}
     return Dataset(arrays, None, f"random (seed {seed})")
+
+
+def _random_ids(rng: np.random.Generator, info: ValueInfo, num_samples: int) -> np.ndarray:
+    """Uniform token ids over the rows the input's lookups can address (0 when it indexes nothing)."""
+    high = info.index_limit or 1
+    return rng.integers(0, high, (num_samples,) + tuple(info.shape)).astype(info.dtype)
 
 
 def _shape_text(info: ValueInfo) -> str:
@@ -317,6 +324,12 @@ def _fit(info: ValueInfo, array: np.ndarray, source: str) -> np.ndarray:
     fitted = fitted.astype(target, copy=False)
     if target.kind == "f" and not np.isfinite(fitted).all():
         raise DataError(f"{source}: input '{name}' contains NaN or infinite values")
+    if target.kind in "iu" and info.index_limit is not None and fitted.size:
+        low, high = int(array.min()), int(array.max())
+        if low < -info.index_limit or high >= info.index_limit:
+            bad = low if low < -info.index_limit else high
+            raise DataError(f"{source}: input '{name}' holds id {bad}, outside the table it indexes "
+                            f"({info.index_limit} rows: ids {-info.index_limit} to {info.index_limit - 1})")
     return fitted
 
 

@@ -262,18 +262,20 @@ def build_qdq(graph: Graph, quant: QuantTable | None, name: str = "model",
     `only`: node names; just those are quantized (inputs, weights, outputs) and every other node runs in
     float, as in build_float. None (the default): every node, the compiled model's golden."""
     b = _Builder(graph, quant)
-    inputs = [helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, vi.shape) for vi in graph.inputs]
-    # Model inputs: the float input is quantized and dequantized under a new name, then readers use it.
-    # With `only`, a quantized node's float inputs are fake-quantized the same way, as it reads them.
-    renamed = {vi.name: b.fake_quant(vi.name) for vi in graph.inputs} if quant is not None and only is None else {}
+    inputs = [helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(np.dtype(vi.dtype)), vi.shape)
+              for vi in graph.inputs]
+    # Model inputs: the float input is quantized and dequantized under a new name, then readers use it; integer
+    # ids are read as they are. With `only`, a quantized node's float inputs are fake-quantized the same way.
+    renamed = {vi.name: b.fake_quant(vi.name) for vi in graph.inputs if not graph.is_index(vi.name)} \
+        if quant is not None and only is None else {}
     quantized: set[str] = set()  # with `only`: outputs of quantized nodes, read as int8 values already
     for node in topological(graph.nodes, [i.name for i in graph.inputs] + list(graph.initializers)):
         if lookup(node.op_type, graph.opset, node.domain) is None:
             raise ValueError(f"no handler for {node.op_type}")
         b.quant = quant if only is None or node.name in only else None  # None: the float lowering
         if only is not None:  # a quantized node reads int8 inputs (Q/DQ of float ones); a float node floats
-            renamed = {i: b.fake_quant(i) for i in node.inputs if i and i not in graph.initializers
-                       and i not in quantized} if b.quant is not None else {}
+            renamed = {i: b.fake_quant(i) for i in graph.activations(node)
+                       if i not in quantized} if b.quant is not None else {}
             quantized.update(o for o in node.outputs if o and b.quant is not None)
         n = Node(node.name, node.op_type, [renamed.get(i, i) for i in node.inputs], list(node.outputs),
                  dict(node.attrs), node.domain, node.fused)

@@ -6,6 +6,7 @@ names the ONNX spec gives them (X, W, B, ...), so a handler never touches protob
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -22,6 +23,8 @@ class ValueInfo:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    # an integer input (token ids): how many rows the tables it indexes have (valid ids: -limit .. limit-1)
+    index_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,25 @@ class Graph:
     def const(self, tensor: str) -> np.ndarray | None:
         return self.initializers.get(tensor)
 
+    def is_index(self, tensor: str) -> bool:
+        """Whether `tensor` is an integer model input (token ids): read as it is, never quantized."""
+        return any(vi.name == tensor and np.dtype(vi.dtype).kind in "iu" for vi in self.inputs)
+
+    def activations(self, node: Node) -> list[str]:
+        """The node's inputs that carry an int8 scale: neither constants nor integer model inputs."""
+        return [i for i in node.inputs if i and i not in self.initializers and not self.is_index(i)]
+
+    def index_limits(self) -> dict[str, int]:
+        """Integer model input -> the number of rows its lookups can address (the smallest table it indexes)."""
+        limits: dict[str, int] = {}
+        for node in self.nodes:
+            if node.op_type == "Gather" and len(node.inputs) > 1 and self.is_index(node.inputs[1]):
+                data = self.initializers.get(node.inputs[0])
+                if data is not None:
+                    rows = int(data.shape[node.attrs.get("axis", 0) % data.ndim])
+                    limits[node.inputs[1]] = min(limits.get(node.inputs[1], rows), rows)
+        return limits
+
 
 def decode_attributes(node: onnx.NodeProto, opset: int) -> dict[str, Any]:
     """Attributes of `node` as Python values, with the schema's defaults filled in."""
@@ -187,12 +209,20 @@ class NodeView:
     def is_const(self, tensor: str | None) -> bool:
         return tensor is not None and tensor in self._graph.initializers
 
+    def is_index(self, tensor: str | None) -> bool:
+        """Whether `tensor` is an integer model input (token ids)."""
+        return tensor is not None and self._graph.is_index(tensor)
+
     def used(self, tensor: str | None) -> bool:
         """Whether any node reads `tensor` or the graph returns it."""
         return bool(tensor) and (bool(self._graph.consumers(tensor)) or self._graph.is_graph_output(tensor))
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
+
+
+# Model input types: float32 data, or integer ids that only index constant tables (embedding lookups).
+INPUT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
 def from_onnx(model: onnx.ModelProto) -> Graph:
@@ -220,21 +250,24 @@ def from_onnx(model: onnx.ModelProto) -> Graph:
         used_names.add(name)
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), decode_attributes(n, opset), n.domain))
 
-    def info(vi: onnx.ValueInfoProto) -> ValueInfo:
+    def info(vi: onnx.ValueInfoProto, accepted: tuple[int, ...] = (onnx.TensorProto.FLOAT,)) -> ValueInfo:
         kind = vi.type.WhichOneof("value")
-        if kind != "tensor_type" or vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+        if kind != "tensor_type" or vi.type.tensor_type.elem_type not in accepted:
             what = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type) if kind == "tensor_type" \
                 else (kind or "untyped").replace("_type", "")
             raise UnsupportedError(f"graph input/output '{vi.name}' is {what}: onnx2gemmini compiles models "
-                                   f"with float32 inputs and outputs")
+                                   f"with float32 outputs and float32 or integer (int64, int32: token id) inputs")
         if vi.name not in shapes or any(d < 0 for d in shapes[vi.name]):
             raise ModelError(f"tensor '{vi.name}' has no static shape after shape inference; "
                              f"fix it with --input-shape{_custom_ops_hint(g)}")
         return ValueInfo(vi.name, shapes[vi.name], dtypes[vi.name])
 
-    inputs = [info(vi) for vi in g.input if vi.name not in initializers]
+    inputs = [info(vi, INPUT_TYPES) for vi in g.input if vi.name not in initializers]
     outputs = [info(vi) for vi in g.output]
     graph = Graph(g.name or "model", opset, nodes, initializers, inputs, outputs, shapes, dtypes)
+    limits = graph.index_limits()
+    graph.inputs = [dataclasses.replace(vi, index_limit=limits.get(vi.name)) if graph.is_index(vi.name) else vi
+                    for vi in inputs]
     for node in nodes:
         for out in node.outputs:
             if out and (out not in shapes or any(d < 0 for d in shapes[out])):

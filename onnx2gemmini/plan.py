@@ -26,7 +26,8 @@ class Tensor:
     id: str
     onnx_name: str
     shape: tuple[int, ...]          # in storage layout
-    dtype: str = "int8"             # int8 | int32 | float32 (a model output kept float: scale None)
+    dtype: str = "int8"             # int8 | int32 | float32 (a model output kept float: scale None) | int64
+    #                                 (int64/int32 model inputs: token ids, scale None)
     layout: str = "plain"           # plain | NHWC (ONNX NCHW data stored channels-last)
     scale: float | None = None
     kind: str = "activation"        # input | activation | output | weight | bias | temp

@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+import numpy as np
+
 from . import cpu
 from .config import GemminiConfig
 from .emit.names import unique_identifiers
@@ -22,6 +24,11 @@ def preflight(graph: Graph, ctx=None) -> None:
     missing: dict[str, list[str]] = {}
     refused: list[str] = []
     for node in graph.nodes:
+        ids = [i for i in node.inputs if i and graph.is_index(i)]
+        if ids and node.op_type != "Gather":
+            refused.append(f"{node.name} ({node.op_type}: reads the integer input '{ids[0]}'; only an embedding "
+                           f"lookup, Gather of a constant table, reads integer inputs)")
+            continue
         handler = lookup(node.op_type, graph.opset, node.domain)
         if handler is None:
             missing.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(node.name)
@@ -52,6 +59,11 @@ def build_plan(graph: Graph, quant: QuantTable, config: GemminiConfig, model_nam
     steps: list = []
     inputs: list[str] = []
     for vi in graph.inputs:
+        if graph.is_index(vi.name):  # token ids: read as they are by the lookups
+            ids = Tensor(tensor_ids[vi.name], vi.name, vi.shape, np.dtype(vi.dtype).name, "plain", None, "input")
+            tensors[ids.id], by_onnx[vi.name] = ids, ids
+            inputs.append(ids.id)
+            continue
         scale = quant.scales[vi.name]
         f = Tensor(f"{tensor_ids[vi.name]}__f32", vi.name, vi.shape, "float32", "plain", None, "input")
         nhwc = len(vi.shape) == 4

@@ -12,11 +12,14 @@ from onnx2gemmini.compare import run_diff
 OPSET = 17
 
 
-def make_model(nodes, inputs, outputs, initializers=None, opset=OPSET, name="test", check=True) -> onnx.ModelProto:
-    """inputs/outputs: {name: shape}; initializers: {name: array}; `check=False` for models onnx may refuse."""
+def make_model(nodes, inputs, outputs, initializers=None, opset=OPSET, name="test", check=True,
+               input_types=None) -> onnx.ModelProto:
+    """inputs/outputs: {name: shape}; initializers: {name: array}; `check=False` for models onnx may refuse;
+    input_types: {name: TensorProto type} for inputs that are not float (token ids)."""
+    types = input_types or {}
     graph = helper.make_graph(
         nodes, name,
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), s) for n, s in inputs.items()],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -26,10 +29,12 @@ def make_model(nodes, inputs, outputs, initializers=None, opset=OPSET, name="tes
     return model
 
 
-def infer_outputs(nodes, inputs, initializers=None, opset=OPSET, outputs=("y",)):
+def infer_outputs(nodes, inputs, initializers=None, opset=OPSET, outputs=("y",), input_types=None):
     """Build a model whose output shapes come from onnx shape inference."""
+    types = input_types or {}
     probe = helper.make_graph(nodes, "probe",
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+                              [helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), s)
+                               for n, s in inputs.items()],
                               [helper.make_empty_tensor_value_info(o) for o in outputs],
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()])
     m = helper.make_model(probe, opset_imports=[helper.make_opsetid("", opset)])
@@ -37,7 +42,7 @@ def infer_outputs(nodes, inputs, initializers=None, opset=OPSET, outputs=("y",))
     inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
     shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
               for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    return make_model(nodes, inputs, {o: shapes[o] for o in outputs}, initializers, opset)
+    return make_model(nodes, inputs, {o: shapes[o] for o in outputs}, initializers, opset, input_types=input_types)
 
 
 def rng(seed=0):
@@ -52,8 +57,20 @@ def random_dataset(model: onnx.ModelProto, samples=4, seed=0, low=-1.0, high=1.0
         if vi.name in inits:
             continue
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        arrays[vi.name] = r.uniform(low, high, size=[samples] + shape).astype(np.float32)
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        if dtype.kind in "iu":  # token ids: uniform over the rows of the tables they index
+            arrays[vi.name] = r.integers(0, table_rows(model, vi.name), [samples] + shape).astype(dtype)
+        else:
+            arrays[vi.name] = r.uniform(low, high, size=[samples] + shape).astype(np.float32)
     return Dataset(arrays, None, "test")
+
+
+def table_rows(model: onnx.ModelProto, ids: str) -> int:
+    """The rows of the smallest constant table that Gather nodes index by `ids`."""
+    inits = {t.name: t for t in model.graph.initializer}
+    rows = [inits[n.input[0]].dims[next((a.i for a in n.attribute if a.name == "axis"), 0)]
+            for n in model.graph.node if n.op_type == "Gather" and n.input[1] == ids and n.input[0] in inits]
+    return min(rows, default=1)
 
 
 def compile_and_diff(model: onnx.ModelProto, samples=4, seed=0, **kwargs):

@@ -11,13 +11,13 @@
 from .abi import CCall, CFunction, TensorArg
 from .float_layers import FloatConv
 from .float_ops import Affine, Binary, LayerNorm, Lrn, Quantize, Reduce, ResizeCubic, ResizeLinear, Softmax
-from .moves import Clip, Concat, FloatLut, Gather, Lut, Remap, Transpose
+from .moves import Clip, Concat, Embedding, FloatLut, Gather, Lut, Remap, Transpose
 from .recurrent import Recurrent
 from .table import KERNELS, CallSite, CpuKernel, Operand, Window
 from .windows import Avgpool, Dwconv, Im2col, Maxpool
 
 __all__ = ["KERNELS", "Affine", "Avgpool", "Binary", "CCall", "CFunction", "CallSite", "Clip", "Concat",
-           "CpuKernel", "Dwconv", "FloatConv", "FloatLut", "Gather", "Im2col", "LayerNorm", "Lrn", "Lut", "Maxpool",
+           "CpuKernel", "Dwconv", "Embedding", "FloatConv", "FloatLut", "Gather", "Im2col", "LayerNorm", "Lrn", "Lut", "Maxpool",
            "Operand", "Quantize", "Recurrent", "Reduce", "Remap", "ResizeCubic", "ResizeLinear", "Softmax", "TensorArg",
            "Transpose", "Window", "functions"]
 

@@ -91,6 +91,37 @@ class Gather(CpuKernel):
         return [costs.gather_terms(outer, inner, len(self.indices))]
 
 
+EMBEDDING = CFunction("o2g_embedding", (("ids", In("int64_t", "int32_t")), ("table", In("int8_t")), Y,
+                                        ("index_bytes", Int()), ("outer", Int("size_t")), ("rows", Int("size_t")),
+                                        ("inner", Int("size_t")), ("count", Int("size_t"))))
+
+
+@cpu_kernel("embedding", EMBEDDING)
+@dataclass(frozen=True)
+class Embedding(CpuKernel):
+    """ONNX Gather of a constant int8 table (stored at its output's scale) by integer ids a model input holds:
+    an embedding lookup. A negative id counts from the end, as in ONNX; the data check refuses ids outside
+    the table, and the C kernel clamps them (it has no way to report an error)."""
+
+    axis: int
+
+    def run(self, inputs, out_shapes):
+        ids, table = np.asarray(inputs[0], np.int64), inputs[1]
+        rows = table.shape[self.axis]
+        index = np.clip(np.where(ids < 0, ids + rows, ids), 0, rows - 1)
+        return [np.take(table, index, axis=self.axis)]
+
+    def calls(self, site: CallSite):
+        ids, table = site.inputs
+        outer, rows, inner = split(table.shape, self.axis)
+        return [CCall(EMBEDDING, (ids.arg(), table.arg(), site.outputs[0].arg(), np.dtype(ids.dtype).itemsize,
+                                  outer, rows, inner, ids.size))]
+
+    def cost_parts(self, site: CallSite):
+        outer, _, inner = split(site.inputs[1].shape, self.axis)
+        return [costs.gather_terms(outer, inner, site.inputs[0].size)]
+
+
 REMAP = CFunction("o2g_remap", (X, Y, ("rank", Int()), ("in_shape", List("int")), ("out_shape", List("int")),
                                 ("index", List("int64_t")), ("value", Int("int8_t"))))
 

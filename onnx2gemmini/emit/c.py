@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cpu.abi import DTYPE_CTYPE
 from ..errors import UnsupportedError
 from ..memory import ALIGN, align_up, plan_memory
 from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd, Step
@@ -198,7 +199,9 @@ class CProgram:
             "#include <stddef.h>", "#include <stdint.h>", "",
             "/*",
             f" * {c_comment(plan.model_name)} for Gemmini. Write every float32 input (ONNX layout) into",
-            f" * {p}_inputs[i], call {p}_run(), read the int8 outputs (ONNX layout) from {p}_outputs[i]",
+            f" * {p}_inputs[i] (an input with {p}_input_is_integer[i] holds integer ids instead: int64_t, or",
+            f" * int32_t where {p}_input_elem_bytes[i] == 4, written through a cast of the pointer), call",
+            f" * {p}_run(), read the int8 outputs (ONNX layout) from {p}_outputs[i]",
             f" * (real value = int8 * {p}_output_scales[i], or per index: see {p}_output_scale_axis); an output",
             f" * with {p}_output_elem_bytes[i] == 4 holds float32 real values instead (scale 1).",
             " * Static memory only; not reentrant.",
@@ -212,7 +215,8 @@ class CProgram:
             ""]
         for i, tid in enumerate(plan.inputs):
             t = plan.tensors[tid]
-            lines.append(f"/* input {i}: '{c_comment(t.onnx_name)}' float32 {list(t.shape)} */")
+            what = "float32" if t.dtype == "float32" else f"{t.dtype} ids"
+            lines.append(f"/* input {i}: '{c_comment(t.onnx_name)}' {what} {list(t.shape)} */")
         for i, tid in enumerate(plan.outputs):
             t = plan.tensors[tid]
             scale = (f"scale {c_float(t.scale or 1.0)}" if t.scale_axis is None else
@@ -225,6 +229,8 @@ class CProgram:
             "",
             f"extern float *const {p}_inputs[{P}_NUM_INPUTS];",
             f"extern const size_t {p}_input_sizes[{P}_NUM_INPUTS]; /* values */",
+            f"extern const size_t {p}_input_elem_bytes[{P}_NUM_INPUTS]; /* 4: float32 or int32, 8: int64 */",
+            f"extern const int {p}_input_is_integer[{P}_NUM_INPUTS]; /* 1: integer ids (embedding lookups) */",
             f"extern const char *const {p}_input_names[{P}_NUM_INPUTS];",
             f"extern const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS];",
             f"extern const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]; /* values */",
@@ -296,9 +302,10 @@ class CProgram:
                         if t.slice_of else "")
                 lines.append(f"#define {self.tensor_sym[tid]} {expr} /* {t.dtype} {dims(t.shape)} {t.layout}"
                              f"{c_comment(view)} */")
-        lines += ["", "/* Model inputs, float32 in ONNX layout. */"]
+        lines += ["", "/* Model inputs in ONNX layout: float32, or integer ids. */"]
         for tid in plan.inputs:
-            lines.append(f"static float {self.input_sym[tid]}[{self.elems(tid)}] __attribute__((aligned({ALIGN})));")
+            ctype = DTYPE_CTYPE[plan.tensors[tid].dtype]
+            lines.append(f"static {ctype} {self.input_sym[tid]}[{self.elems(tid)}] __attribute__((aligned({ALIGN})));")
         run = self.run_function()  # first: it collects the CPU kernels' constant tables
         if self.cpu_printer.tables:
             lines += ["", "/* Constant tables of the CPU kernels. */"] + self.cpu_printer.tables
@@ -312,8 +319,14 @@ class CProgram:
 
         def table(decl: str, items: list[str]) -> list[str]:
             return [f"{decl} = {{"] + [f"    {item}," for item in items] + ["};"]
-        return (table(f"float *const {p}_inputs[{P}_NUM_INPUTS]", [self.input_sym[i] for i in ins])
+        return (table(f"float *const {p}_inputs[{P}_NUM_INPUTS]",
+                      [self.input_sym[i] if t[i].dtype == "float32" else f"(float *)(void *){self.input_sym[i]}"
+                       for i in ins])
                 + table(f"const size_t {p}_input_sizes[{P}_NUM_INPUTS]", [str(self.elems(i)) for i in ins])
+                + table(f"const size_t {p}_input_elem_bytes[{P}_NUM_INPUTS]",
+                        [str(np.dtype(t[i].dtype).itemsize) for i in ins])
+                + table(f"const int {p}_input_is_integer[{P}_NUM_INPUTS]",
+                        [str(int(t[i].dtype != "float32")) for i in ins])
                 + table(f"const char *const {p}_input_names[{P}_NUM_INPUTS]", [c_string(t[i].onnx_name) for i in ins])
                 + table(f"const int8_t *const {p}_outputs[{P}_NUM_OUTPUTS]",
                         [self.ptr(o) if t[o].dtype == "int8" else f"(const int8_t *)(const void *){self.ptr(o)}"
@@ -480,8 +493,7 @@ class CProgram:
         """selftest_data.{bin,S,c} (the sample and the default checks' values), selftest_layers.{bin,S} (every
         step's, for CHECK_LAYERS=1) and selftest_checks.inc (the check tables, compiled into model.c)."""
         plan, p = self.plan, self.p
-        inputs = [(f"{p}_sample_input_{i}", np.asarray(sample[plan.tensors[tid].onnx_name], np.float32).reshape(-1))
-                  for i, tid in enumerate(plan.inputs)]
+        inputs = [(f"{p}_sample_input_{i}", sample_input(plan, tid, sample)) for i, tid in enumerate(plan.inputs)]
         default, layers = selftest_checks(plan, False), selftest_checks(plan, True)
 
         def values(prefix: str, checks: list[Check]):
@@ -507,9 +519,12 @@ class CProgram:
         lines = self.c_banner() + [
             "/* selftest_data.c: the self-test's sample input (selftest_data.bin, pulled in by selftest_data.S). */",
             "#include <stdint.h>", "", '#include "model.h"', ""]
-        lines += [f"extern const float {sym}[{size // 4}];" for sym, _, size in input_table]
+        types = [DTYPE_CTYPE[self.plan.tensors[tid].dtype] for tid in self.plan.inputs]
+        lines += [f"extern const {ctype} {sym}[{size // (8 if ctype == 'int64_t' else 4)}];"
+                  for ctype, (sym, _, size) in zip(types, input_table)]
         lines += ["", f"const float *const {p}_sample_inputs[{P}_NUM_INPUTS] = {{"]
-        lines += [f"    {sym}," for sym, _, _ in input_table] + ["};", ""]
+        lines += [f"    {sym}," if ctype == "float" else f"    (const float *)(const void *){sym},"
+                  for ctype, (sym, _, _) in zip(types, input_table)] + ["};", ""]
         return "\n".join(lines)
 
     def checks_inc(self, default: list[Check], dtable, layers: list[Check], ltable) -> str:
@@ -554,3 +569,7 @@ def c_bool(v) -> str:
     return "true" if v else "false"
 
 
+def sample_input(plan: Plan, tid: str, sample: dict[str, np.ndarray]) -> np.ndarray:
+    """A model input of the self-test's sample, flat, in the input's own type (float32, or integer ids)."""
+    t = plan.tensors[tid]
+    return np.asarray(sample[t.onnx_name], np.dtype(t.dtype)).reshape(-1)

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cpu.abi import DTYPE_CTYPE
 from ..memory import align_up
 from ..plan import Plan
 from ..slices import densify
 from ..tolerance import EXACT
 from .banner import banner_lines
-from .c import blob, block_comment, c_prefix, check_dtype, incbin_source
+from .c import blob, block_comment, c_prefix, check_dtype, incbin_source, sample_input
 from .checks import selftest_checks
 from .mlir import emit_mlir, lower_gemmini_options, step_checks
 from .names import c_string, makefile_comment
@@ -29,7 +30,6 @@ from .names import c_string, makefile_comment
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 RUNTIME_FILES = ("o2g_mlir_abi.c", "o2g_mlir_abi.h", "o2g_mlir_cpu_abi.inc", "o2g_runtime.c", "o2g_runtime.h",
                  "o2g_mlir_selftest.c", "o2g_heap.c", "o2g_gemmini_intrinsics.c")
-C_ELEMENTS = {"int8": "int8_t", "float32": "float"}
 ALLOC_SLACK = 128   # per memref.alloc: the lowering's malloc(size + alignment), and our 64-byte rounding
 
 
@@ -67,8 +67,7 @@ class _Program:
 
     def files(self, sample, expected) -> dict[str, bytes]:
         plan, p = self.plan, self.p
-        inputs = [(f"{p}_sample_input_{i}", np.asarray(sample[plan.tensors[tid].onnx_name], np.float32).ravel())
-                  for i, tid in enumerate(plan.inputs)]
+        inputs = [(f"{p}_sample_input_{i}", sample_input(plan, tid, sample)) for i, tid in enumerate(plan.inputs)]
         outputs = [(f"{p}_expect_output_{i}", np.asarray(expected[tid], plan.tensors[tid].dtype).ravel())
                    for i, tid in enumerate(plan.outputs)]
         hooks = [(f"{p}_expect_hook_{k}", np.asarray(expected[self.hooks[k].tensor], np.int8).ravel())
@@ -113,12 +112,12 @@ class _Program:
                                              "checks, included by o2g_mlir_selftest.c"])
         lines += ["", f"#define O2G_NUM_INPUTS {len(plan.inputs)}", f"#define O2G_NUM_OUTPUTS {len(plan.outputs)}", ""]
         for i, tid in enumerate(plan.inputs):
-            n = _count(plan.tensors[tid].shape)
-            lines += [f"extern const float {p}_sample_input_{i}[{n}];",
-                      f"static float o2g_input_{i}[{n}] __attribute__((aligned(64)));"]
+            elem, n = DTYPE_CTYPE[plan.tensors[tid].dtype], _count(plan.tensors[tid].shape)
+            lines += [f"extern const {elem} {p}_sample_input_{i}[{n}];",
+                      f"static {elem} o2g_input_{i}[{n}] __attribute__((aligned(64)));"]
         for i, tid in enumerate(plan.outputs):
             t = plan.tensors[tid]
-            elem, n = C_ELEMENTS[t.dtype], _count(t.shape)
+            elem, n = DTYPE_CTYPE[t.dtype], _count(t.shape)
             lines += [f"extern const {elem} {p}_expect_output_{i}[{n}];",
                       f"static {elem} o2g_output_{i}[{n}] __attribute__((aligned(64)));"]
         args = [f"&o2g_input_{i}_ref" for i in range(len(plan.inputs))]
@@ -126,8 +125,9 @@ class _Program:
         lines += ["", f"void _mlir_ciface_forward({', '.join(['void *'] * len(args))});", "",
                   "/* @forward's memrefs: dense, row-major, offset 0 (MLIR's StridedMemRefType) */",
                   "static void o2g_forward(void)", "{"]
-        refs = [(f"o2g_input_{i}", "float", plan.tensors[tid].shape) for i, tid in enumerate(plan.inputs)]
-        refs += [(f"o2g_output_{i}", C_ELEMENTS[plan.tensors[tid].dtype], plan.tensors[tid].shape)
+        refs = [(f"o2g_input_{i}", DTYPE_CTYPE[plan.tensors[tid].dtype], plan.tensors[tid].shape)
+                for i, tid in enumerate(plan.inputs)]
+        refs += [(f"o2g_output_{i}", DTYPE_CTYPE[plan.tensors[tid].dtype], plan.tensors[tid].shape)
                  for i, tid in enumerate(plan.outputs)]
         for name, elem, shape in refs:
             lines += _descriptor(name, elem, shape)

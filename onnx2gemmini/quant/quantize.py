@@ -135,7 +135,7 @@ def joined_ranges(graph: Graph, quant: "QuantTable") -> list[str]:
         out = node.outputs[0] if node.outputs else ""
         if node.op_type != "Concat" or out in quant.axis_scales or out not in quant.scales:
             continue
-        ranges = [quant.amax.get(i, 0.0) for i in node.inputs if i and i not in graph.initializers]
+        ranges = [quant.amax.get(i, 0.0) for i in graph.activations(node)]
         ranges = [r for r in ranges if r > 0]
         if len(ranges) > 1 and max(ranges) >= JOINED_RATIO * min(ranges):
             levels = min(ranges) / quant.scales[out]
@@ -209,7 +209,7 @@ def _scale_groups(graph: Graph, order, handlers, segmented=frozenset()) -> dict[
     fixed = set()
     for node in order:
         rule = handlers[node.name].output_scale
-        acts = [i for i in node.inputs if i and i not in graph.initializers]
+        acts = graph.activations(node)
         out = node.outputs[0]
         if node.fused.clip or (rule == "input" and acts and acts[0] in fixed):
             fixed.add(out)
@@ -240,9 +240,10 @@ def scale_units(graph: Graph, handlers) -> tuple[list[ScaleUnit], list]:
     derived = set(fixed) | {n.outputs[0] for n in segmented}
     unit_of: dict[str, str] = {}
     for vi in graph.inputs:
-        unit_of[vi.name] = groups.get(vi.name, vi.name)
+        if not graph.is_index(vi.name):
+            unit_of[vi.name] = groups.get(vi.name, vi.name)
     for node in order:
-        acts = [i for i in node.inputs if i and i not in graph.initializers]
+        acts = graph.activations(node)
         follows = handlers[node.name].output_scale == "input" and acts
         for out in (o for o in node.outputs if o):
             if out in derived:
@@ -267,7 +268,7 @@ def propagate_fixed_scales(graph: Graph, order, handlers) -> dict[str, float]:
     """A model's fixed output scale flows back through scale-preserving ops (views, pools) to their input."""
     fixed = dict(graph.fixed_scales)
     for node in reversed(order):
-        acts = [i for i in node.inputs if i and i not in graph.initializers]
+        acts = graph.activations(node)
         if handlers[node.name].output_scale == "input" and acts and node.outputs[0] in fixed:
             src, scale = acts[0], fixed[node.outputs[0]]
             if fixed.setdefault(src, scale) != scale:
@@ -337,11 +338,11 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
             return fixed[t]
         return scale_for(group_amax[groups[t]] if t in groups else amax.get(t, 0.0))
 
-    scales: dict[str, float] = {vi.name: calibrated(vi.name) for vi in graph.inputs}
+    scales: dict[str, float] = {vi.name: calibrated(vi.name) for vi in graph.inputs if not graph.is_index(vi.name)}
     weights: dict[str, WeightQuant] = {}
     for node in order:
         handler = handlers[node.name]
-        activations = [i for i in node.inputs if i and i not in graph.initializers]
+        activations = graph.activations(node)
         for out in (o for o in node.outputs if o):
             if out in fixed:
                 scales[out] = fixed[out]

@@ -31,14 +31,14 @@ class Emulator:
         return self._exact[key]
 
     def run(self, inputs: dict[str, np.ndarray], keep: bool = False) -> dict[str, np.ndarray]:
-        """Float model inputs by ONNX name -> int8 buffers by tensor id (all of them if `keep`)."""
+        """Model inputs (float32, or integer ids) by ONNX name -> int8 buffers by tensor id (all of them if `keep`)."""
         plan = self.plan
         buffers: dict[str, np.ndarray] = {}
         for tid in plan.inputs:
             t = plan.tensors[tid]
             if t.onnx_name not in inputs:
                 raise KeyError(f"missing model input '{t.onnx_name}'")
-            buffers[tid] = np.asarray(inputs[t.onnx_name], np.float32).reshape(t.shape)
+            buffers[tid] = np.asarray(inputs[t.onnx_name], np.dtype(t.dtype)).reshape(t.shape)
         for step in plan.steps:
             for tid, value in zip(step.writes(), self.execute_step(step, buffers)):
                 self._store(buffers, tid, value)

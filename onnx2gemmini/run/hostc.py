@@ -1,8 +1,7 @@
 """Build the emitted C program (OUT/c/) with make and run it on this host: the third execution of a plan.
 
-`./model INPUT.bin OUTPUT.bin` reads the float32 inputs and writes the int8 outputs, float32 where an output is
-kept float (CONTRACTS.md);
-this module writes INPUT.bin, runs it and reads OUTPUT.bin back, so tests and `diff` can hold the C
+`./model INPUT.bin OUTPUT.bin` reads the float32 (or integer id) inputs and writes the int8 outputs, float32
+where an output is kept float (CONTRACTS.md); this module writes INPUT.bin, runs it and reads OUTPUT.bin back, so tests and `diff` can hold the C
 program's bytes against the emulator's.
 """
 from __future__ import annotations
@@ -64,16 +63,18 @@ def build(c_dir: "str | Path", targets: tuple[str, ...] = ("model",), jobs: int 
 
 
 def input_bytes(plan: Plan, inputs: dict[str, np.ndarray]) -> bytes:
-    """INPUT.bin: every model input as little-endian float32, ONNX layout, input order."""
+    """INPUT.bin: every model input as little-endian float32 (integer ids as int64 or int32), ONNX layout, input
+    order."""
     parts = []
     for tid in plan.inputs:
         t = plan.tensors[tid]
         if t.onnx_name not in inputs:
             raise RunFailed(f"missing model input '{t.onnx_name}'")
-        x = np.asarray(inputs[t.onnx_name], np.float32)
-        if x.size != t.nbytes // 4:
+        dtype = np.dtype(t.dtype)
+        x = np.asarray(inputs[t.onnx_name], dtype)
+        if x.size * dtype.itemsize != t.nbytes:
             raise RunFailed(f"input '{t.onnx_name}' has {x.size} values, the model takes {list(t.shape)}")
-        parts.append(x.astype("<f4").tobytes())
+        parts.append(x.astype(dtype.newbyteorder("<")).tobytes())
     return b"".join(parts)
 
 

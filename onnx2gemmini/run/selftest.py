@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu import Quantize
+from ..cpu import Embedding, Quantize
 from ..plan import CpuOp, Plan
 from .emulator import Emulator
 
@@ -16,12 +16,23 @@ from .emulator import Emulator
 SATURATED_SHARE = 0.5
 
 
+def index_limit(plan: Plan, tid: str) -> int:
+    """How many rows the tables an integer input indexes have (the smallest; 1 when it indexes none)."""
+    rows = [plan.constants[s.inputs[1]].shape[s.params.axis] for s in plan.steps
+            if isinstance(s, CpuOp) and isinstance(s.params, Embedding) and s.inputs[0] == tid]
+    return min(rows, default=1)
+
+
 def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic input: uniform over each input's int8 range (so every code is likely)."""
+    """Deterministic input: uniform over each input's int8 range (so every code is likely); integer ids
+    uniform over the rows of the tables they index."""
     rng = np.random.default_rng(seed)
     sample = {}
     for tid in plan.inputs:
         t = plan.tensors[tid]
+        if t.dtype != "float32":
+            sample[t.onnx_name] = rng.integers(0, index_limit(plan, tid), t.shape).astype(t.dtype)
+            continue
         scale = next((s.params.scale for s in plan.steps
                       if isinstance(s, CpuOp) and isinstance(s.params, Quantize) and s.inputs[0] == tid), 1.0 / 32)
         sample[t.onnx_name] = (rng.uniform(-128.0, 127.0, t.shape) * scale).astype(np.float32)
@@ -37,7 +48,7 @@ def calibration_sample(plan: Plan, data) -> dict[str, np.ndarray] | None:
         t = plan.tensors[tid]
         if t.onnx_name not in data.inputs:
             return None
-        sample[t.onnx_name] = np.asarray(data.inputs[t.onnx_name][0], np.float32).reshape(t.shape).copy()
+        sample[t.onnx_name] = np.asarray(data.inputs[t.onnx_name][0], t.dtype).reshape(t.shape).copy()
     return sample
 
 

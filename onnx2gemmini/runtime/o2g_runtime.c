@@ -1207,6 +1207,23 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
 
 /* ---- gather, remap, concat ---------------------------------------------------------------------- */
 
+void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t outer, size_t rows,
+                   size_t inner, size_t count)
+{
+    size_t o, k;
+    for (o = 0; o < outer; o++, table += rows * inner)
+        for (k = 0; k < count; k++, y += inner) {
+            int64_t id = index_bytes == 8 ? ((const int64_t *)ids)[k] : (int64_t)((const int32_t *)ids)[k];
+            if (id < 0)
+                id += (int64_t)rows;
+            if (id < 0)
+                id = 0;
+            else if ((uint64_t)id >= rows)
+                id = (int64_t)rows - 1;
+            o2g_copy(y, table + (size_t)id * inner, inner);
+        }
+}
+
 void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                 const int64_t *indices, size_t count)
 {

@@ -88,6 +88,11 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
 /* y[o][k][i] = x[o][indices[k]][i], k < count (ONNX Gather with constant indices) */
 void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                 const int64_t *indices, size_t count);
+/* y[o][k][i] = table[o][ids[k]][i], k < count: ONNX Gather of a constant table by integer model input ids (an
+ * embedding lookup); ids are int64_t (index_bytes 8) or int32_t (4), a negative id counts from the end and
+ * an id outside the table is clamped to it (the compiler's data check refuses such ids). Exact. */
+void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t outer, size_t rows,
+                   size_t inner, size_t count);
 /* y[i0]..[in] = x[index0[i0]]..[indexn[in]], or `value` where any index is -1 (Slice, Pad, nearest
  * Resize, ConvTranspose's zero insertion: per-axis maps). `index` concatenates the maps of every
  * axis, out_shape[d] entries for axis d; rank <= O2G_MAX_RANK. Exact. */

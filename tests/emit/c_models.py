@@ -161,6 +161,20 @@ def two_in_three_out():
                  outputs=("y1", "y2", "y3"))
 
 
+def token_encoder():
+    """A BERT-style embedding block: lookups by int64 token ids and int32 token types (integer model inputs),
+    their sum, a position table, LayerNorm and a projection."""
+    nodes = [("Gather", ["word", "ids"], ["w"], {}), ("Gather", ["types", "tt"], ["t"], {}),
+             ("Add", ["w", "t"], ["e"], {}), ("Add", ["e", "pos"], ["p"], {}),
+             ("LayerNormalization", ["p", "gamma", "beta"], ["n"], {"axis": -1}), ("MatMul", ["n", "W"], ["y"], {})]
+    inits = {"word": weights(40, 30, 16, std=0.5), "types": weights(41, 2, 16), "pos": weights(42, 1, 6, 16),
+             "gamma": rng(43).uniform(0.5, 1.5, 16).astype(np.float32), "beta": weights(44, 16, std=0.2),
+             "W": weights(45, 16, 8)}
+    return infer_outputs([helper.make_node(op, i, o, name=o[0], **a) for op, i, o, a in nodes],
+                         {"ids": [1, 6], "tt": [1, 6]}, inits,
+                         input_types={"ids": onnx.TensorProto.INT64, "tt": onnx.TensorProto.INT32})
+
+
 def unary_consts(op):
     if op == "Clip":
         return {"lo": np.float32(-0.25), "hi": np.float32(0.5)}, ("lo", "hi")
@@ -229,6 +243,7 @@ MODELS = {
     "lrn": lambda: unary("LRN", size=3, alpha=1e-3, beta=0.75, bias=1.5),
     "attention_matmuls": attention,
     "gather_layernorm_broadcast_add": transformer_bits,
+    "embedding_lookups_int64_int32": token_encoder,
     "two_inputs_three_outputs": two_in_three_out,
     "slice_steps_nhwc": lambda: slice_model((1, 4, 7, 7), [1, -1, 0], [7, -8, 3], [2, 3, 1], [2, -2, 1],
                                             after_conv=True),

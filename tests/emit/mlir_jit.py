@@ -105,7 +105,7 @@ def lower(text: str) -> ir.Module:
 
 
 class Jit:
-    """@forward compiled once; each call passes float inputs and int8 out-parameters through its C
+    """@forward compiled once; each call passes float (or integer id) inputs and int8 out-parameters through its C
     interface (`_mlir_ciface_forward`). With `expected` (one int8 array per @o2g_rt_check hook of a module
     emitted with check_steps), a call also returns per hook (values differing, largest difference, reached)."""
 
@@ -117,7 +117,8 @@ class Jit:
 
     def __call__(self, inputs: list[np.ndarray], expected: list[np.ndarray] | None = None):
         results = [np.full(shape, 0x5B, dtype) for shape, dtype in zip(self.output_shapes, self.output_dtypes)]
-        arrays = [np.ascontiguousarray(x, np.float32) for x in inputs] + results
+        arrays = [np.ascontiguousarray(x, None if np.asarray(x).dtype.kind in "iu" else np.float32)  # ids as they are
+                  for x in inputs] + results
         args = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in arrays]
         expected = [np.ascontiguousarray(e, np.int8).reshape(-1) for e in expected or []]
         self.lib.o2g_test_set_checks(ctypes.c_int64(len(expected)))

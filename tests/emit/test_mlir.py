@@ -323,6 +323,7 @@ MODELS = {
     "two_inputs_three_outputs": (lambda: _two_in_two_out(), ["memref.copy"]),
     **{name: (C_MODELS[name], ops) for name, ops in (
         ("concat_in_place", ["@o2g_rt_concat_part", "gemmini.tile_conv", "gemmini.tile_matmul"]),
+        ("embedding_lookups_int64_int32", ["@o2g_rt_embedding_i64", "@o2g_rt_embedding_i32"]),
         ("float_outputs", ["@o2g_rt_lut_f32", "@o2g_rt_concat_part_f32", "@o2g_rt_concat_part_dequantize"]),
         ("batchnorm_scale_relu", ["@o2g_rt_affine"]),
         ("dense_block", ["@o2g_rt_affine", "@o2g_rt_concat_part"]),
