@@ -229,6 +229,12 @@ class _Builder:
             self.node(gate, [ins[0]], [f"{out}__gate"], name=f"{node.name}__{gate}", **dict(attrs))
             self.node("Mul", [ins[0], f"{out}__gate"], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
+        elif op == "Softmax" and node.fused.mask:  # a constant attention mask (passes/fuse_mask.py)
+            keep = self.graph.initializers[node.fused.mask]
+            bias = self.init(f"{node.name}__mask", np.where(keep != 0, np.float32(0), np.float32(-np.inf)))
+            self.node("Add", [ins[0], bias], [f"{out}__masked"], name=f"{node.name}__mask")
+            self.node("Softmax", [f"{out}__masked"], [f"{out}__preq"], name=node.name, axis=node.attrs.get("axis", -1))
+            self.qdq(f"{out}__preq", out)
         elif op in ("Split", "LSTM", "GRU"):  # several outputs, each quantized on its own
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [self.operand(i) for i in ins], [f"{o}__preq" if o else "" for o in node.outputs],

@@ -56,6 +56,9 @@ class Fused:
     # that projection MatMul writes Gemmini's raw int32 accumulators (full_C) at scale s_in*s_w, which the
     # recurrence reads: no int8 rounding or clipping between the projection and the gates
     accumulate: bool = False
+    # Softmax(x + mask) or Softmax(Where(cond, -inf, x)) with a constant attention mask (passes/fuse_mask.py):
+    # the initializer holding which positions are kept (int8 0/1, shaped like the trailing axes of x)
+    mask: str | None = None
 
 
 @dataclass

@@ -171,12 +171,20 @@ def avgpool(x, kernel, strides, pads, dilations, out, count_include_pad=0, **_) 
     return quantize(mean, 1.0)
 
 
-def softmax(x, axis, in_scale, out_scale) -> np.ndarray:
+def softmax(x, axis, in_scale, out_scale, keep=None) -> np.ndarray:
     """Float32 softmax of int8 values, then QuantizeLinear. Each exp is exp(-d * in_scale) for d = (the row's
     largest - the value) in 0..255 (one rounding of an exact product, where onnxruntime's float softmax
-    subtracts two rounded products): one table of 256 exps serves a call, here and in the C kernel."""
+    subtracts two rounded products): one table of 256 exps serves a call, here and in the C kernel.
+    `keep` (0/1 over x's trailing axes, repeated for the leading ones): masked positions take no part in the
+    largest value nor the sum, and their exp is 0."""
+    table = np.exp(np.arange(256, dtype=np.float32) * np.float32(-in_scale))
+    if keep is not None:
+        kept = np.broadcast_to(np.asarray(keep) != 0, x.shape)
+        top = np.where(kept, x.astype(np.int16), np.int16(-128)).max(axis=axis, keepdims=True)
+        e = np.where(kept, table[np.clip(top - x.astype(np.int16), 0, 255)], np.float32(0))
+        return quantize(e / e.sum(axis=axis, keepdims=True), out_scale)
     d = x.max(axis=axis, keepdims=True).astype(np.int16) - x.astype(np.int16)
-    e = np.exp(np.arange(256, dtype=np.float32) * np.float32(-in_scale))[d]
+    e = table[d]
     p = e / e.sum(axis=axis, keepdims=True)
     return quantize(p, out_scale)
 

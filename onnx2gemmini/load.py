@@ -19,6 +19,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference, version_converter
 
 from . import dynamic_quant, fold_shapes, limits, qlinear
+from .passes import fuse_mask
 from .errors import ModelError, UsageError
 
 log = logging.getLogger("onnx2gemmini")
@@ -269,9 +270,25 @@ def _check_finite(model: onnx.ModelProto) -> None:
             continue
         if np.isnan(values).any():
             raise ModelError(f"initializer '{tensor.name}' contains NaN values; the model cannot be quantized")
-        if not (values.size == 1 and uses.get(tensor.name) and uses[tensor.name] <= INFINITE_OK):
+        if not (values.size == 1 and uses.get(tensor.name) and uses[tensor.name] <= INFINITE_OK) \
+                and not _softmax_mask(model, tensor.name, values):
             raise ModelError(f"initializer '{tensor.name}' contains infinite values; the model cannot be "
                              f"quantized")
+
+
+def _softmax_mask(model: onnx.ModelProto, name: str, values: np.ndarray) -> bool:
+    """An attention mask (passes/fuse_mask.py): -inf where a position is masked, added to (or selected
+    against, Where) what every reader's one consumer, a Softmax, normalizes."""
+    readers = [n for n in model.graph.node if name in n.input]
+    if not readers or not (fuse_mask.is_mask(values) or np.all(values <= fuse_mask.MASKED_BELOW)):
+        return False
+    for node in readers:
+        if node.op_type not in ("Add", "Where") or (node.op_type == "Where" and node.input[0] == name):
+            return False
+        consumers = [n for n in model.graph.node if node.output[0] in n.input]
+        if len(consumers) != 1 or consumers[0].op_type != "Softmax":
+            return False
+    return True
 
 
 def _shape_text(dims) -> str:

@@ -82,6 +82,28 @@ class Softmax(CpuKernel):
         return LIBM
 
 
+SOFTMAX_MASKED = CFunction("o2g_softmax_masked", (X, ("keep", In("int8_t")), Y, ("outer", Int("size_t")),
+                                                  ("axis_len", Int("size_t")), ("inner", Int("size_t")),
+                                                  ("keep_size", Int("size_t")), *SCALES))
+MASKED_SOFTMAX_MAX_ROW = 4096  # the C kernel's exp buffer (o2g_runtime.c O2G_MASKED_SOFTMAX_MAX)
+
+
+@cpu_kernel("softmax_masked", SOFTMAX_MASKED)
+@dataclass(frozen=True)
+class MaskedSoftmax(Softmax):
+    """Softmax with a constant attention mask (passes/fuse_mask.py): the int8 0/1 `keep` constant covers x's
+    trailing axes and repeats for the leading ones (flat index modulo its size); masked positions are left
+    out of the row's largest value and sum, and come out 0, as exp(-inf) makes them in onnxruntime."""
+
+    def run(self, inputs, out_shapes):
+        return [kernels.softmax(inputs[0], self.axis, self.in_scale, self.out_scale, inputs[1])]
+
+    def calls(self, site: CallSite):
+        x, keep = site.inputs
+        return [CCall(SOFTMAX_MASKED, (x.arg(), keep.arg(), site.outputs[0].arg(), *split(x.shape, self.axis),
+                                       keep.size, self.in_scale, self.out_scale))]
+
+
 LAYERNORM = CFunction("o2g_layernorm", (X, ("gamma", In("float")), ("beta", In("float")), Y,
                                         ("outer", Int("size_t")), ("norm_size", Int("size_t")),
                                         ("epsilon", Float()), *SCALES))

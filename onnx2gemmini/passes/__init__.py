@@ -9,8 +9,8 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_maxpool,
-               einsum_weights, qdq_import, recurrent_projection, scatter_block, sort_channels)
+from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_mask,
+               fuse_maxpool, einsum_weights, qdq_import, recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -29,6 +29,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_activation", fuse_activation.run),
     ("fuse_maxpool", fuse_maxpool.run),
     ("fuse_gate", fuse_gate.run),
+    ("fuse_mask", fuse_mask.run),
     ("conv1d", conv1d.run),
 )
 

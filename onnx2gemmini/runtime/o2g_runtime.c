@@ -1205,6 +1205,52 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
         }
 }
 
+/* Softmax of int8 rows with a constant mask: keep[f % keep_size] (f: the flat index of a value of x) says
+ * whether a position takes part; the others are left out of the row's largest value and its sum, and come out
+ * 0. The exps and the sum follow o2g_softmax's (NumPy's pairwise sum over the row, masked exps 0). */
+#define O2G_MASKED_SOFTMAX_MAX 4096
+void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t outer, size_t axis_len,
+                        size_t inner, size_t keep_size, float in_scale, float out_scale)
+{
+    float e[O2G_MASKED_SOFTMAX_MAX], exps[256]; /* exps[d] = exp(-d * in_scale) */
+    int filled = 0;
+    size_t o, i, k;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            const size_t base = o * axis_len * inner + i;
+            const int8_t *xs = x + base;
+            int8_t *ys = y + base;
+            struct o2g_values v;
+            int top = -128, d;
+            float sum = 0.0f;
+            for (k = 0; k < axis_len; k++)
+                if (keep[(base + k * inner) % keep_size] && xs[k * inner] > top)
+                    top = xs[k * inner];
+            for (k = 0; k < axis_len; k++) {
+                if (!keep[(base + k * inner) % keep_size]) {
+                    e[k] = 0.0f;
+                    continue;
+                }
+                d = top - xs[k * inner];
+                for (; filled <= d; filled++)
+                    exps[filled] = o2g_softmax_exp(filled, in_scale);
+                e[k] = exps[d];
+            }
+            v.f = e;
+            v.kind = O2G_ARRAY;
+            if (inner == 1) {
+                sum = o2g_pairwise(&v, 0, axis_len);
+            } else {
+                for (k = 0; k < axis_len; k++) {
+                    sum += e[k];
+                    O2G_KEEP(sum);
+                }
+            }
+            for (k = 0; k < axis_len; k++)
+                ys[k * inner] = o2g_q(o2g_fdiv(e[k], sum), out_scale);
+        }
+}
+
 /* ---- gather, remap, concat ---------------------------------------------------------------------- */
 
 void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t outer, size_t rows,

@@ -84,6 +84,11 @@ void o2g_clip(const int8_t *x, int8_t *y, size_t count, int lo, int hi);
 void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                  float in_scale, float out_scale);
 
+/* o2g_softmax with a constant attention mask: keep[f % keep_size] (f: flat index into x) is 0 where a position
+ * is masked (left out of the row's largest value and sum; output 0). axis_len <= 4096. */
+void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t outer, size_t axis_len,
+                        size_t inner, size_t keep_size, float in_scale, float out_scale);
+
 /* int8 data movement on x viewed as [outer][axis_len][inner] (exact). */
 /* y[o][k][i] = x[o][indices[k]][i], k < count (ONNX Gather with constant indices) */
 void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,

@@ -355,7 +355,7 @@ def spike():
 
 @pytest.mark.parametrize("name", ["digits", "squeeze_excite_lut_binary", "gather_layernorm_broadcast_add",
                                   "conv_im2col_pool", "concat_in_place", "resize_linear_nhwc",
-                                  "embedding_lookups_int64_int32"])
+                                  "embedding_lookups_int64_int32", "softmax_causal_mask"])
 def test_riscv_program_on_spike_gives_the_same_bytes(workdir, digits, spike, name):
     built = digits if name == "digits" else synthetic(workdir, name)
     hostc.build(built.c_dir, ("model-riscv",))
