@@ -110,6 +110,8 @@ def _layers(compiled: Compiled) -> list[_Layer]:
         if not steps:
             continue  # a view, or a concat written entirely in place: no step of its own to compare
         inputs = list(dict.fromkeys(i for i in node.inputs if i and i not in graph.initializers))  # once each
+        if node.fused.input_mask:  # a Softmax masked by an integer model input reads it too
+            inputs.append(node.fused.input_mask[0])
         tolerance = EXACT
         for s in steps:
             tolerance = tolerance.combine(step_tolerance(s, plan))

@@ -79,9 +79,13 @@ def random_data(inputs: list[ValueInfo], num_samples: int = 8, seed: int = 0) ->
 
 
 def _random_ids(rng: np.random.Generator, info: ValueInfo, num_samples: int) -> np.ndarray:
-    """Uniform token ids over the rows the input's lookups can address (0 when it indexes nothing)."""
-    high = info.index_limit or 1
-    return rng.integers(0, high, (num_samples,) + tuple(info.shape)).astype(info.dtype)
+    """Uniform token ids over the rows the input's lookups can address; an attention mask pads each sequence
+    after a random length of at least one position."""
+    shape = (num_samples,) + tuple(info.shape)
+    if info.attention_mask:
+        lengths = rng.integers(1, shape[-1] + 1, shape[:-1])
+        return (np.arange(shape[-1]) < lengths[..., None]).astype(info.dtype)
+    return rng.integers(0, info.index_limit or 1, shape).astype(info.dtype)
 
 
 def _shape_text(info: ValueInfo) -> str:
@@ -330,7 +334,20 @@ def _fit(info: ValueInfo, array: np.ndarray, source: str) -> np.ndarray:
             bad = low if low < -info.index_limit else high
             raise DataError(f"{source}: input '{name}' holds id {bad}, outside the table it indexes "
                             f"({info.index_limit} rows: ids {-info.index_limit} to {info.index_limit - 1})")
+    if info.attention_mask and fitted.size:
+        _check_attention_mask(fitted, info, source)
     return fitted
+
+
+def _check_attention_mask(mask: np.ndarray, info: ValueInfo, source: str) -> None:
+    """Every query attends to some position: a row of zeros (or, causal, a masked first position) would leave
+    a softmax row with nothing to normalize, which the int8 code and the model define differently."""
+    empty = ~(mask != 0).any(axis=-1) if info.attention_mask == "padding" else mask[..., 0] == 0
+    if empty.any():
+        sample = int(np.argwhere(empty)[0][0])
+        why = "masks every position" if info.attention_mask == "padding" else \
+            "masks its first position, which a causal mask leaves the first query alone with (pad on the right)"
+        raise DataError(f"{source}: attention mask '{info.name}' of sample {sample} {why}")
 
 
 def _check_labels(labels, count: int, where: str) -> np.ndarray | None:

@@ -151,6 +151,28 @@ class _Builder:
             self.qdq(preq, target, out)
             current = target
 
+    def mask_bias(self, node: Node) -> str:
+        """The additive bias of an attention mask input ([batch, keys], 0: masked) over the scores [batch, ...,
+        queries, keys]: -inf where it (or, causal, a later key) masks, 0 elsewhere, with standard ops."""
+        name, form = node.fused.input_mask
+        x_shape = self.graph.shapes[self.original.get(node.inputs[0], node.inputs[0])]
+        vi = next(vi for vi in self.graph.inputs if vi.name == name)
+        base = f"{node.name}__input_mask"
+        zero = self.init(f"{base}__zero", np.zeros((), vi.dtype))
+        self.node("Equal", [name, zero], [f"{base}__masked"], name=f"{base}__Equal")
+        inf, nothing = self.init(f"{base}__inf", np.float32(-np.inf)), self.init(f"{base}__0", np.float32(0))
+        self.node("Where", [f"{base}__masked", inf, nothing], [f"{base}__keys"], name=f"{base}__Where")
+        shape = (vi.shape[0],) + (1,) * (len(x_shape) - 2) + (x_shape[-1],)
+        self.node("Reshape", [f"{base}__keys", self.init(f"{base}__shape", np.asarray(shape, np.int64))],
+                  [f"{base}__bias"], name=f"{base}__Reshape")
+        if form != "causal":
+            return f"{base}__bias"
+        keys, queries = x_shape[-1], x_shape[-2]
+        later = np.arange(keys)[None, :] > np.arange(queries)[:, None] + (keys - queries)
+        causal = self.init(f"{base}__causal", np.where(later, np.float32(-np.inf), np.float32(0)))
+        self.node("Add", [f"{base}__bias", causal], [f"{base}__causal_bias"], name=f"{base}__Causal")
+        return f"{base}__causal_bias"
+
     def lower(self, node: Node) -> None:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
         raw = f"{out}__raw"
@@ -229,9 +251,10 @@ class _Builder:
             self.node(gate, [ins[0]], [f"{out}__gate"], name=f"{node.name}__{gate}", **dict(attrs))
             self.node("Mul", [ins[0], f"{out}__gate"], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
-        elif op == "Softmax" and node.fused.mask:  # a constant attention mask (passes/fuse_mask.py)
-            keep = self.graph.initializers[node.fused.mask]
-            bias = self.init(f"{node.name}__mask", np.where(keep != 0, np.float32(0), np.float32(-np.inf)))
+        elif op == "Softmax" and (node.fused.mask or node.fused.input_mask):  # passes/fuse_mask.py, input_mask.py
+            bias = self.mask_bias(node) if node.fused.input_mask else self.init(
+                f"{node.name}__mask", np.where(self.graph.initializers[node.fused.mask] != 0, np.float32(0),
+                                               np.float32(-np.inf)))
             self.node("Add", [ins[0], bias], [f"{out}__masked"], name=f"{node.name}__mask")
             self.node("Softmax", [f"{out}__masked"], [f"{out}__preq"], name=node.name, axis=node.attrs.get("axis", -1))
             self.qdq(f"{out}__preq", out)

@@ -25,6 +25,9 @@ class ValueInfo:
     dtype: np.dtype
     # an integer input (token ids): how many rows the tables it indexes have (valid ids: -limit .. limit-1)
     index_limit: int | None = None
+    # an integer input that masks softmaxes (nonzero: attend): "padding", or "causal" where some softmax also
+    # masks later positions (passes/input_mask.py); "" for any other input
+    attention_mask: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class Fused:
     # Softmax(x + mask) or Softmax(Where(cond, -inf, x)) with a constant attention mask (passes/fuse_mask.py):
     # the initializer holding which positions are kept (int8 0/1, shaped like the trailing axes of x)
     mask: str | None = None
+    # Softmax(x + M) with M computed from an integer model input (passes/input_mask.py): (that input, form),
+    # form "padding" (position k kept where mask[b, k] != 0) or "causal" (and k <= q)
+    input_mask: tuple[str, str] | None = None
 
 
 @dataclass

@@ -189,6 +189,17 @@ def softmax(x, axis, in_scale, out_scale, keep=None) -> np.ndarray:
     return quantize(p, out_scale)
 
 
+def attention_keep(mask: np.ndarray, x_shape: tuple[int, ...], causal: bool) -> np.ndarray:
+    """Which positions of attention scores x ([batch, ..., queries, keys]) an attention mask input ([batch,
+    keys], nonzero: attend) keeps; causal: also only keys up to the query's own position (the last queries
+    line up with the last keys)."""
+    keys, queries = x_shape[-1], x_shape[-2]
+    keep = (np.asarray(mask) != 0).reshape((mask.shape[0],) + (1,) * (len(x_shape) - 2) + (keys,))
+    if causal:
+        keep = keep & (np.arange(keys)[None, :] <= np.arange(queries)[:, None] + (keys - queries))
+    return np.broadcast_to(keep, x_shape)
+
+
 def linear_interpolate(f: np.ndarray, axes, lo, hi, w_lo, w_hi, out_shape) -> np.ndarray:
     """onnxruntime's bilinear/trilinear kernels on float32 data, bit for bit.
 

@@ -276,18 +276,35 @@ def _check_finite(model: onnx.ModelProto) -> None:
                              f"quantized")
 
 
+# Ops an attention mask's -inf passes through on its way to the Add before a Softmax (Where: as a value).
+MASK_PATH_OPS = {"Where", "Add", "Expand", "Reshape", "Unsqueeze", "Squeeze", "Slice", "Tile", "Concat", "Cast"}
+
+
 def _softmax_mask(model: onnx.ModelProto, name: str, values: np.ndarray) -> bool:
-    """An attention mask (passes/fuse_mask.py): -inf where a position is masked, added to (or selected
-    against, Where) what every reader's one consumer, a Softmax, normalizes."""
-    readers = [n for n in model.graph.node if name in n.input]
-    if not readers or not (fuse_mask.is_mask(values) or np.all(values <= fuse_mask.MASKED_BELOW)):
+    """An attention mask (passes/fuse_mask.py, input_mask.py): -inf (or 0) values that reach nothing but the
+    Add before a Softmax, through ops that only move or select them."""
+    if not (fuse_mask.is_mask(values) or np.all(values <= fuse_mask.MASKED_BELOW)):
         return False
-    for node in readers:
-        if node.op_type not in ("Add", "Where") or (node.op_type == "Where" and node.input[0] == name):
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    frontier, seen = [name], set()
+    while frontier:
+        tensor = frontier.pop()
+        readers = consumers.get(tensor, [])
+        if tensor in outputs or not readers:
             return False
-        consumers = [n for n in model.graph.node if node.output[0] in n.input]
-        if len(consumers) != 1 or consumers[0].op_type != "Softmax":
-            return False
+        for node in readers:
+            after = consumers.get(node.output[0], [])
+            if node.op_type == "Add" and len(after) == 1 and after[0].op_type == "Softmax":
+                continue
+            if node.op_type not in MASK_PATH_OPS or (node.op_type == "Where" and node.input[0] == tensor):
+                return False
+            if node.output[0] not in seen:
+                seen.add(node.output[0])
+                frontier.append(node.output[0])
     return True
 
 

@@ -104,6 +104,34 @@ class MaskedSoftmax(Softmax):
                                        keep.size, self.in_scale, self.out_scale))]
 
 
+SOFTMAX_INPUT_MASK = CFunction("o2g_softmax_input_mask", (X, ("mask", In("int64_t", "int32_t")), Y,
+                                                          ("rows", Int("size_t")), ("keys", Int("size_t")),
+                                                          ("queries", Int("size_t")), ("batch_rows", Int("size_t")),
+                                                          ("index_bytes", Int()), ("causal", Int()), *SCALES))
+
+
+@cpu_kernel("softmax_input_mask", SOFTMAX_INPUT_MASK)
+@dataclass(frozen=True)
+class InputMaskedSoftmax(Softmax):
+    """Softmax over the last axis (keys) of attention scores [batch, ..., queries, keys], masked by an integer
+    model input [batch, keys] (passes/input_mask.py: 0 = masked; `causal`: also every later key)."""
+
+    causal: bool = False
+
+    def run(self, inputs, out_shapes):
+        x, mask = inputs
+        keep = kernels.attention_keep(mask, x.shape, self.causal)
+        return [kernels.softmax(x, self.axis, self.in_scale, self.out_scale, keep)]
+
+    def calls(self, site: CallSite):
+        x, mask = site.inputs
+        keys, queries = x.shape[-1], x.shape[-2]
+        rows = x.size // keys
+        return [CCall(SOFTMAX_INPUT_MASK, (x.arg(), mask.arg(), site.outputs[0].arg(), rows, keys, queries,
+                                           rows // x.shape[0], np.dtype(mask.dtype).itemsize, int(self.causal),
+                                           self.in_scale, self.out_scale))]
+
+
 LAYERNORM = CFunction("o2g_layernorm", (X, ("gamma", In("float")), ("beta", In("float")), Y,
                                         ("outer", Int("size_t")), ("norm_size", Int("size_t")),
                                         ("epsilon", Float()), *SCALES))

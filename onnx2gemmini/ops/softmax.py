@@ -19,12 +19,14 @@ EXP_ZERO_BELOW = 104.0
 @handler("Softmax", since=13)
 class SoftmaxHandler(Handler):
     gemmini = "none (only configs with normalizations have a softmax unit)"
-    limits = ("float32 on the CPU, 1 LSB tolerance vs onnxruntime; a constant attention mask (x + M, M 0 or "
-              f"<= {MASKED_BELOW:g}) fused in, rows up to {cpu.float_ops.MASKED_SOFTMAX_MAX_ROW}")
+    limits = ("float32 on the CPU, 1 LSB tolerance vs onnxruntime; an attention mask (constant: x + M with M 0 or "
+              f"<= {MASKED_BELOW:g}; or built from an integer input: padding or causal) fused in, rows up to "
+              f"{cpu.float_ops.MASKED_SOFTMAX_MAX_ROW}")
 
     def check(self, node, ctx):
         axis = node.attr("axis", -1) % len(node.shape(node.inputs[0]))
-        if node.fused.mask and node.shape(node.inputs[0])[axis] > cpu.float_ops.MASKED_SOFTMAX_MAX_ROW:
+        if (node.fused.mask or node.fused.input_mask) and \
+                node.shape(node.inputs[0])[axis] > cpu.float_ops.MASKED_SOFTMAX_MAX_ROW:
             return [f"a masked softmax over more than {cpu.float_ops.MASKED_SOFTMAX_MAX_ROW} positions"]
         return []
 
@@ -36,10 +38,14 @@ class SoftmaxHandler(Handler):
         rank = len(x.shape)
         axis = node.attr("axis", -1) % rank
         inputs, params = (x.id,), cpu.Softmax(axis, x.scale, y.scale)
+        if (node.fused.mask or node.fused.input_mask) and 255 * x.scale >= -MASKED_BELOW - EXP_ZERO_BELOW:
+            raise UnsupportedError(f"node '{node.name}' (Softmax): its input's range ({127 * x.scale:.4g}) is "
+                                   f"too wide for its attention mask to mask exactly")
+        if node.fused.input_mask:
+            name, form = node.fused.input_mask
+            inputs = (x.id, ctx.tensor(name).id)
+            params = cpu.InputMaskedSoftmax(axis, x.scale, y.scale, form == "causal")
         if node.fused.mask:
-            if 255 * x.scale >= -MASKED_BELOW - EXP_ZERO_BELOW:
-                raise UnsupportedError(f"node '{node.name}' (Softmax): its input's range ({127 * x.scale:.4g}) is "
-                                       f"too wide for its attention mask to mask exactly")
             keep_id = ctx.const_id(node.name, "keep")
             lowered.constants[keep_id] = node.const(node.fused.mask)
             inputs, params = (x.id, keep_id), cpu.MaskedSoftmax(axis, x.scale, y.scale)

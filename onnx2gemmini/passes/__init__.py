@@ -10,7 +10,7 @@ from typing import Callable
 from ..config import GemminiConfig
 from ..graph import Graph
 from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_mask,
-               fuse_maxpool, einsum_weights, qdq_import, recurrent_projection, scatter_block, sort_channels)
+               fuse_maxpool, einsum_weights, input_mask, qdq_import, recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -30,6 +30,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_maxpool", fuse_maxpool.run),
     ("fuse_gate", fuse_gate.run),
     ("fuse_mask", fuse_mask.run),
+    ("input_mask", input_mask.run),
     ("conv1d", conv1d.run),
 )
 

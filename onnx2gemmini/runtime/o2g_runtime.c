@@ -1251,6 +1251,26 @@ void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t o
         }
 }
 
+/* Softmax of attention scores [rows][keys] masked by an integer model input [batch][keys] (int64_t or int32_t
+ * ids of index_bytes; 0: masked), row r being query r % queries of batch r / batch_rows; causal: every key
+ * after the query's own position (the last queries line up with the last keys) is masked too. Each row goes
+ * through o2g_softmax_masked with its own keep row. */
+void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t rows, size_t keys, size_t queries,
+                            size_t batch_rows, int index_bytes, int causal, float in_scale, float out_scale)
+{
+    int8_t keep[O2G_MASKED_SOFTMAX_MAX];
+    size_t r, k;
+    for (r = 0; r < rows; r++) {
+        const size_t b = r / batch_rows, last = r % queries + (keys - queries);
+        for (k = 0; k < keys; k++) {
+            const int64_t m = index_bytes == 8 ? ((const int64_t *)mask)[b * keys + k]
+                                               : (int64_t)((const int32_t *)mask)[b * keys + k];
+            keep[k] = m != 0 && (!causal || k <= last);
+        }
+        o2g_softmax_masked(x + r * keys, keep, y + r * keys, 1, keys, 1, keys, in_scale, out_scale);
+    }
+}
+
 /* ---- gather, remap, concat ---------------------------------------------------------------------- */
 
 void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t outer, size_t rows,

@@ -89,6 +89,12 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
 void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t outer, size_t axis_len,
                         size_t inner, size_t keep_size, float in_scale, float out_scale);
 
+/* Softmax of attention scores [rows][keys] masked by an integer model input [batch][keys] (0: masked; int64_t
+ * ids when index_bytes is 8, else int32_t): row r is query r % queries of batch r / batch_rows; causal masks
+ * every later key as well. keys <= 4096. */
+void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t rows, size_t keys, size_t queries,
+                            size_t batch_rows, int index_bytes, int causal, float in_scale, float out_scale);
+
 /* int8 data movement on x viewed as [outer][axis_len][inner] (exact). */
 /* y[o][k][i] = x[o][indices[k]][i], k < count (ONNX Gather with constant indices) */
 void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,

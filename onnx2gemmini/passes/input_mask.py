@@ -1,0 +1,160 @@
+"""An attention mask computed from an integer model input (Hugging Face's `attention_mask`, 1 = attend):
+the export builds an additive bias M from it (Cast, Unsqueeze, Sub, Mul by finfo.min, or Flatten / Gather /
+And / Where in transformers 5) and adds it to the scores before every Softmax; transformers 5 then zeroes
+NaN rows (Where(IsNaN(p), 0, p)).
+
+That subgraph is not quantizable (M holds -3.4e38), so each Softmax(x + M) with M a function of one integer
+input and constants becomes a Softmax masked by that input (fused.input_mask): position k of batch b is kept
+where mask[b, k] != 0 (and k <= q for a causal mask). Which form M computes is not read off its ops: the
+subgraph is run by onnxruntime on probe masks (all ones, every padding length, random patterns) and its bias
+must equal the form's on every one of them, or nothing is fused. The golden QDQ model builds the same bias
+from the input with standard ops (golden.py). Where(IsNaN(p), c, p) is p: int8 arithmetic makes no NaN.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..config import GemminiConfig
+from ..graph import Graph, Node, topological
+from ..kernels import attention_keep
+from .fuse_mask import MASKED_BELOW
+
+FORMS = ("padding", "causal")
+RANDOM_PROBES = 4
+
+
+def run(graph: Graph, config: GemminiConfig) -> list[str]:
+    changes = _drop_nan_guards(graph)
+    forms: dict[str, tuple[str, str] | None] = {}  # bias tensor -> (mask input, form), found once
+    fused: list[Node] = []
+    for node in list(graph.nodes):
+        if node.op_type != "Softmax" or node.fused.mask or node.fused.input_mask or len(node.inputs) != 1:
+            continue
+        add = graph.producer(node.inputs[0])
+        if add is None or add.op_type != "Add" or graph.only_consumer(node.inputs[0]) is not node:
+            continue
+        for x, bias in (add.inputs, add.inputs[::-1]):
+            if bias not in forms:
+                forms[bias] = _form(graph, bias, graph.shapes[x], node.attrs.get("axis", -1))
+            if forms[bias] is not None and x != bias:
+                node.inputs = [x]
+                node.fused = replace(node.fused, input_mask=forms[bias])
+                graph.nodes.remove(add)
+                fused.append(node)
+                changes.append(f"{add.name} (Add of a {forms[bias][1]} mask from '{forms[bias][0]}') fused into "
+                               f"{node.name}")
+                break
+    if fused:
+        _drop_dead(graph)
+        forms = {}
+        for n in fused:  # the strictest form each input is used with: what its data must allow
+            name, form = n.fused.input_mask
+            forms[name] = max(forms.get(name, form), form, key=FORMS.index)
+        graph.inputs = [replace(vi, attention_mask=forms[vi.name]) if vi.name in forms else vi for vi in graph.inputs]
+    return changes
+
+
+def _drop_nan_guards(graph: Graph) -> list[str]:
+    """Where(IsNaN(t), c, t) -> t (its readers read t)."""
+    changes = []
+    for where in list(graph.nodes):
+        if where.op_type != "Where" or len(where.inputs) != 3 or graph.is_graph_output(where.outputs[0]):
+            continue
+        test = graph.producer(where.inputs[0])
+        if test is None or test.op_type != "IsNaN" or test.inputs[0] != where.inputs[2] \
+                or graph.const(where.inputs[1]) is None:
+            continue
+        for reader in graph.consumers(where.outputs[0]):
+            reader.inputs = [where.inputs[2] if i == where.outputs[0] else i for i in reader.inputs]
+        graph.nodes.remove(where)
+        if not graph.consumers(test.outputs[0]):
+            graph.nodes.remove(test)
+        changes.append(f"{where.name} (Where(IsNaN(x), c, x)) removed: int8 values are never NaN")
+    return changes
+
+
+def _drop_dead(graph: Graph) -> None:
+    """Nodes nothing reads any more (the mask subgraphs)."""
+    while True:
+        dead = [n for n in graph.nodes if not any(graph.consumers(o) or graph.is_graph_output(o)
+                                                  for o in n.outputs if o)]
+        if not dead:
+            return
+        for n in dead:
+            graph.nodes.remove(n)
+
+
+def _ancestors(graph: Graph, tensor: str) -> tuple[list[Node], set[str]]:
+    """The nodes `tensor` is computed by, and the non-constant tensors they start from."""
+    nodes, leaves, frontier, seen = [], set(), [tensor], set()
+    while frontier:
+        t = frontier.pop()
+        if t in seen or not t or t in graph.initializers:
+            continue
+        seen.add(t)
+        producer = graph.producer(t)
+        if producer is None:
+            leaves.add(t)
+            continue
+        if producer not in nodes:
+            nodes.append(producer)
+            frontier.extend(producer.inputs)
+    return nodes, leaves
+
+
+def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int) -> tuple[str, str] | None:
+    """(mask input, form) when `bias` is, on every probe, the additive mask of one of FORMS; else None."""
+    nodes, leaves = _ancestors(graph, bias)
+    if len(leaves) != 1 or not nodes or len(x_shape) < 2 or axis % len(x_shape) != len(x_shape) - 1:
+        return None
+    mask = next(iter(leaves))
+    info = next((vi for vi in graph.inputs if vi.name == mask), None)
+    if info is None or not graph.is_index(mask) or len(info.shape) != 2 or info.shape[0] != x_shape[0] \
+            or info.shape[1] != x_shape[-1]:
+        return None
+    try:
+        probe = _probe_session(graph, nodes, info, bias)
+    except Exception:  # noqa: BLE001 - a subgraph onnxruntime cannot run alone is simply not fused
+        return None
+    candidates = list(FORMS)
+    for m in _probes(info.shape, np.dtype(info.dtype)):
+        values = np.broadcast_to(probe.run([bias], {mask: m})[0], x_shape)
+        masked = values <= MASKED_BELOW
+        if not np.all(masked | (values == 0)):
+            return None
+        candidates = [f for f in candidates if np.array_equal(~masked, attention_keep(m, x_shape, f == "causal"))]
+        if not candidates:
+            return None
+    return mask, candidates[0]
+
+
+def _probes(shape: tuple[int, int], dtype: np.dtype):
+    batch, keys = shape
+    yield np.ones(shape, dtype)
+    for length in range(1, keys):
+        yield (np.arange(keys)[None, :] < length).repeat(batch, 0).astype(dtype)
+    rng = np.random.default_rng(0)
+    for _ in range(RANDOM_PROBES):
+        m = rng.integers(0, 2, shape).astype(dtype)
+        m[:, rng.integers(0, keys)] = 1
+        yield m
+
+
+def _probe_session(graph: Graph, nodes: list[Node], info, bias: str):
+    from ..ort_session import session  # onnxruntime only when a mask subgraph is there
+    order = topological(nodes, [info.name] + list(graph.initializers))
+    used = {i for n in order for i in n.inputs if i in graph.initializers}
+    protos = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain or None,
+                               **{k: v for k, v in n.attrs.items() if not isinstance(v, np.ndarray)})
+              for n in order]
+    g = helper.make_graph(protos, "mask", [helper.make_tensor_value_info(
+        info.name, helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype)), info.shape)],
+        [helper.make_empty_tensor_value_info(bias)],
+        [numpy_helper.from_array(np.asarray(graph.initializers[i]), i) for i in sorted(used)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", graph.opset)])
+    model.ir_version = min(model.ir_version, 9)
+    return session(model)
