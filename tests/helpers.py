@@ -58,19 +58,23 @@ def random_dataset(model: onnx.ModelProto, samples=4, seed=0, low=-1.0, high=1.0
             continue
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        if dtype.kind in "iu":  # token ids: uniform over the rows of the tables they index
-            arrays[vi.name] = r.integers(0, table_rows(model, vi.name), [samples] + shape).astype(dtype)
+        rows = table_rows(model, vi.name) if dtype.kind in "iu" else None
+        if rows:  # token ids: uniform over the rows of the tables they index
+            arrays[vi.name] = r.integers(0, rows, [samples] + shape).astype(dtype)
+        elif dtype.kind in "iu":  # an attention mask: each sequence padded after a random length (at least 1)
+            lengths = r.integers(1, shape[-1] + 1, [samples] + shape[:-1])
+            arrays[vi.name] = (np.arange(shape[-1]) < lengths[..., None]).astype(dtype)
         else:
             arrays[vi.name] = r.uniform(low, high, size=[samples] + shape).astype(np.float32)
     return Dataset(arrays, None, "test")
 
 
 def table_rows(model: onnx.ModelProto, ids: str) -> int:
-    """The rows of the smallest constant table that Gather nodes index by `ids`."""
+    """The rows of the smallest constant table that Gather nodes index by `ids` (0: none)."""
     inits = {t.name: t for t in model.graph.initializer}
     rows = [inits[n.input[0]].dims[next((a.i for a in n.attribute if a.name == "axis"), 0)]
             for n in model.graph.node if n.op_type == "Gather" and n.input[1] == ids and n.input[0] in inits]
-    return min(rows, default=1)
+    return min(rows, default=0)
 
 
 def compile_and_diff(model: onnx.ModelProto, samples=4, seed=0, **kwargs):

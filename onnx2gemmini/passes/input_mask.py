@@ -25,6 +25,10 @@ from .fuse_mask import MASKED_BELOW
 
 FORMS = ("padding", "causal")
 RANDOM_PROBES = 4
+# A mask's bias is a few element-wise and shape ops: a longer subgraph, or one with a layer in it (the scores
+# themselves, computed from token ids), is not probed.
+MAX_NODES = 32
+LAYER_OPS = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization"}
 
 
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
@@ -109,7 +113,8 @@ def _ancestors(graph: Graph, tensor: str) -> tuple[list[Node], set[str]]:
 def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int) -> tuple[str, str] | None:
     """(mask input, form) when `bias` is, on every probe, the additive mask of one of FORMS; else None."""
     nodes, leaves = _ancestors(graph, bias)
-    if len(leaves) != 1 or not nodes or len(x_shape) < 2 or axis % len(x_shape) != len(x_shape) - 1:
+    if len(leaves) != 1 or not nodes or len(nodes) > MAX_NODES or len(x_shape) < 2 \
+            or axis % len(x_shape) != len(x_shape) - 1 or any(n.op_type in LAYER_OPS for n in nodes):
         return None
     mask = next(iter(leaves))
     info = next((vi for vi in graph.inputs if vi.name == mask), None)
@@ -122,7 +127,10 @@ def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int) -> tuple
         return None
     candidates = list(FORMS)
     for m in _probes(info.shape, np.dtype(info.dtype)):
-        values = np.broadcast_to(probe.run([bias], {mask: m})[0], x_shape)
+        values = probe.run([bias], {mask: m})[0]
+        if np.broadcast_shapes(values.shape, x_shape) != tuple(x_shape):
+            return None
+        values = np.broadcast_to(values, x_shape)
         masked = values <= MASKED_BELOW
         if not np.all(masked | (values == 0)):
             return None

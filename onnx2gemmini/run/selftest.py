@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu import Embedding, Quantize
+from ..cpu import Embedding, InputMaskedSoftmax, Quantize
 from ..plan import CpuOp, Plan
 from .emulator import Emulator
 
@@ -23,13 +23,23 @@ def index_limit(plan: Plan, tid: str) -> int:
     return min(rows, default=1)
 
 
+def masks(plan: Plan, tid: str) -> bool:
+    """Whether an integer input is an attention mask (read by a masked softmax)."""
+    return any(isinstance(s, CpuOp) and isinstance(s.params, InputMaskedSoftmax) and s.inputs[1] == tid
+               for s in plan.steps)
+
+
 def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic input: uniform over each input's int8 range (so every code is likely); integer ids
-    uniform over the rows of the tables they index."""
+    uniform over the rows of the tables they index; an attention mask pads after a random length."""
     rng = np.random.default_rng(seed)
     sample = {}
     for tid in plan.inputs:
         t = plan.tensors[tid]
+        if t.dtype != "float32" and masks(plan, tid):  # each sequence padded after at least one position
+            lengths = rng.integers(1, t.shape[-1] + 1, t.shape[:-1])
+            sample[t.onnx_name] = (np.arange(t.shape[-1]) < lengths[..., None]).astype(t.dtype)
+            continue
         if t.dtype != "float32":
             sample[t.onnx_name] = rng.integers(0, index_limit(plan, tid), t.shape).astype(t.dtype)
             continue

@@ -324,7 +324,8 @@ def test_host_program_matches_emulator(workdir, name):
 
 @pytest.mark.parametrize("name", ["softmax", "squeeze_excite_lut_binary", "two_inputs_three_outputs",
                                   "gather_layernorm_broadcast_add", "attention_matmuls",
-                                  "embedding_lookups_int64_int32"])
+                                  "embedding_lookups_int64_int32", "softmax_causal_mask",
+                                  "attention_mask_input_causal"])
 def test_selftest_passes(workdir, name):
     built = synthetic(workdir, name)
     assert_selftest_passes(built, selftest_output(built.c_dir, ["./model-selftest"]))
@@ -355,7 +356,8 @@ def spike():
 
 @pytest.mark.parametrize("name", ["digits", "squeeze_excite_lut_binary", "gather_layernorm_broadcast_add",
                                   "conv_im2col_pool", "concat_in_place", "resize_linear_nhwc",
-                                  "embedding_lookups_int64_int32", "softmax_causal_mask"])
+                                  "embedding_lookups_int64_int32", "softmax_causal_mask",
+                                  "attention_mask_input_causal"])
 def test_riscv_program_on_spike_gives_the_same_bytes(workdir, digits, spike, name):
     built = digits if name == "digits" else synthetic(workdir, name)
     hostc.build(built.c_dir, ("model-riscv",))
