@@ -18,12 +18,12 @@ from .quant.adaround import Rounder
 from .quant import selection
 from .quant.calibrate import collect, statistics
 from .config import PRESETS, GemminiConfig, load_config
-from .data import Dataset, load_data, random_data
+from .data import Dataset, fit_samples, load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
 from .golden import build_float
 from .scratchpad import find_hazards
 from .tiling import TILINGS, apply_tiles, attach_costs
-from .graph import Graph, from_onnx, topological
+from .graph import Graph, ValueInfo, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
 from .passes import run_passes
 from .plan import Plan
@@ -75,13 +75,14 @@ class Compiled:
         if not isinstance(inputs, Mapping):
             raise UsageError(f"run: expected a dict {{input name: array}}, got {type(inputs).__name__}")
         expected = {self.plan.tensors[t].onnx_name: self.plan.tensors[t].onnx_shape for t in self.plan.inputs}
+        infos = {vi.name: vi for vi in self.graph.inputs}
         missing = [n for n in expected if n not in inputs]
         unknown = sorted(str(n) for n in inputs if n not in expected)
         if missing or unknown:
             raise DataError(f"run: the model's inputs are {', '.join(expected)}; "
                             + "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
                                                       unknown and f"unknown {', '.join(unknown)}"])))
-        return {name: _feed(name, inputs[name], shape) for name, shape in expected.items()}
+        return {name: _feed(infos[name], inputs[name], shape) for name, shape in expected.items()}
 
     def input_files(self) -> tuple[str, ...]:
         """Every file the compile read: an output directory must never be or contain one of them."""
@@ -103,8 +104,10 @@ class Compiled:
         return write_outputs(self, Path(out_dir), emit, force, diff)
 
 
-def _feed(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
-    """One input of `Compiled.feeds`: real numbers of exactly `shape`, as finite float32."""
+def _feed(info: ValueInfo, value, shape: tuple[int, ...]) -> np.ndarray:
+    """One input of `Compiled.feeds`: real numbers of exactly `shape`, as finite float32 (integer ids checked
+    as a data file's are)."""
+    name = info.name
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:
@@ -114,6 +117,8 @@ def _feed(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
     if array.shape != tuple(shape):
         raise DataError(f"run: input '{name}' has shape {list(array.shape)}, the model's input is {list(shape)} "
                         f"(one sample)")
+    if np.dtype(info.dtype).kind in "iu":
+        return fit_samples(info, array[None], "run")[0]
     array = array.astype(np.float32, copy=False)
     if not np.isfinite(array).all():
         raise DataError(f"run: input '{name}' contains NaN or infinite values")

@@ -58,7 +58,7 @@ def load_data(source, inputs: list[ValueInfo]) -> Dataset:
         where = str(path)
     else:
         raw, labels, where = _from_memory(source, [i.name for i in inputs])
-    fitted = {i.name: _fit(i, raw[i.name], where) for i in inputs}
+    fitted = {i.name: fit_samples(i, raw[i.name], where) for i in inputs}
     counts = sorted({len(v) for v in fitted.values()})
     if len(counts) != 1:
         raise DataError(f"{where}: inputs have different sample counts {counts}")
@@ -306,7 +306,7 @@ def _stack_samples(samples: Iterable, input_names: list[str]) -> tuple[dict, np.
 
 # ---- validation ----------------------------------------------------------------------------------------
 
-def _fit(info: ValueInfo, array: np.ndarray, source: str) -> np.ndarray:
+def fit_samples(info: ValueInfo, array: np.ndarray, source: str) -> np.ndarray:
     """Samples shaped like the input, or like the input without its batch-1 axis, -> [S, *shape] of the
     input's type; real numbers only, finite."""
     name, shape = info.name, tuple(info.shape)

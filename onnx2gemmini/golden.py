@@ -151,6 +151,21 @@ class _Builder:
             self.qdq(preq, target, out)
             current = target
 
+    def position_ids(self, node: Node) -> str:
+        """kernels.padding_positions with standard ops: Where(ids == pad, pad, CumSum(ids != pad) + pad)."""
+        ids, base = node.inputs[1], f"{node.name}__positions"
+        dtype = next(vi.dtype for vi in self.graph.inputs if vi.name == ids)
+        pad = self.init(f"{base}__pad", np.asarray(node.fused.positions, dtype))
+        self.node("Equal", [ids, pad], [f"{base}__is_pad"], name=f"{base}__Equal")
+        self.node("Not", [f"{base}__is_pad"], [f"{base}__kept"], name=f"{base}__Not")
+        self.node("Cast", [f"{base}__kept"], [f"{base}__count"], name=f"{base}__Cast",
+                  to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+        self.node("CumSum", [f"{base}__count", self.init(f"{base}__axis", np.asarray(-1, np.int64))],
+                  [f"{base}__running"], name=f"{base}__CumSum")
+        self.node("Add", [f"{base}__running", pad], [f"{base}__counted"], name=f"{base}__Add")
+        self.node("Where", [f"{base}__is_pad", pad, f"{base}__counted"], [base], name=f"{base}__Where")
+        return base
+
     def mask_bias(self, node: Node) -> str:
         """The additive bias of an attention mask input ([batch, keys], 0: masked) over the scores [batch, ...,
         queries, keys]: -inf where it (or, causal, a later key) masks, 0 elsewhere, with standard ops."""
@@ -257,6 +272,9 @@ class _Builder:
                                                np.float32(-np.inf)))
             self.node("Add", [ins[0], bias], [f"{out}__masked"], name=f"{node.name}__mask")
             self.node("Softmax", [f"{out}__masked"], [f"{out}__preq"], name=node.name, axis=node.attrs.get("axis", -1))
+            self.qdq(f"{out}__preq", out)
+        elif op == "Gather" and node.fused.positions is not None:  # RoBERTa's position ids (passes/index_paths.py)
+            self.node("Gather", [self.operand(ins[0]), self.position_ids(node)], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
         elif op in ("Split", "LSTM", "GRU"):  # several outputs, each quantized on its own
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}

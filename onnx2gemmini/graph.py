@@ -65,6 +65,9 @@ class Fused:
     # Softmax(x + M) with M computed from an integer model input (passes/input_mask.py): (that input, form),
     # form "padding" (position k kept where mask[b, k] != 0) or "causal" (and k <= q)
     input_mask: tuple[str, str] | None = None
+    # Gather(table, position ids) whose ids count the non-padding token ids up to each position (RoBERTa's
+    # create_position_ids_from_input_ids; passes/index_paths.py): the pad id; the Gather reads the token ids
+    positions: int | None = None
 
 
 @dataclass

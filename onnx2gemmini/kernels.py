@@ -189,6 +189,13 @@ def softmax(x, axis, in_scale, out_scale, keep=None) -> np.ndarray:
     return quantize(p, out_scale)
 
 
+def padding_positions(ids: np.ndarray, pad: int) -> np.ndarray:
+    """RoBERTa's position ids: pad + the number of non-padding ids up to and including each one (along the last
+    axis), and pad itself at a padding id."""
+    keep = np.asarray(ids) != pad
+    return np.where(keep, np.cumsum(keep, axis=-1) + pad, pad).astype(np.int64)
+
+
 def attention_keep(mask: np.ndarray, x_shape: tuple[int, ...], causal: bool) -> np.ndarray:
     """Which positions of attention scores x ([batch, ..., queries, keys]) an attention mask input ([batch,
     keys], nonzero: attend) keeps; causal: also only keys up to the query's own position (the last queries

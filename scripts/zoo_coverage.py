@@ -1,9 +1,10 @@
-"""Which architectures compile, and how well: torchvision's families and backbones (scripts/zoo.py) and
-timm's families (one architecture per family, random weights, small inputs), each exported, compiled and
-compared with onnxruntime (`diff`). Writes a table: compiled or refused (with the op), % of MACs on Gemmini,
-CPU steps, diff verdict.
+"""Which architectures compile, and how well: torchvision's families and backbones (scripts/zoo.py), timm's
+families (one architecture per family, random weights, small inputs) and Hugging Face transformers'
+architectures (scripts/zoo_transformers.py: text models with token ids and an attention mask, vision and
+audio encoders), each exported, compiled and compared with onnxruntime (`diff`). Writes a table: compiled or
+refused (with the op), % of MACs on Gemmini, CPU steps, diff verdict.
 
-    python scripts/zoo_coverage.py [--only NAME,...] [--timm] [--jobs N] [--markdown docs/zoo_coverage.md] [--json F]
+    python scripts/zoo_coverage.py [--only NAME,...] [--timm | --transformers] [--jobs N] [--markdown F] [--json F]
 
 Nothing is downloaded: weights are random, inputs synthetic. Each model runs in its own process (a crash
 or a 10-minute timeout is a row, not the end of the sweep).
@@ -23,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import zoo  # noqa: E402
+import zoo_transformers  # noqa: E402
 
 SMALL = ("pico", "femto", "atto", "nano", "xxs", "xx_small", "tiny", "xs", "small", "_050", "_075", "b0", "s0",
          "m0", "t8", "18", "26")  # name fragments of a family's small members, most preferred first
@@ -76,13 +78,12 @@ def find(name: str, from_timm: bool) -> zoo.Arch:
     return next(a for a in zoo.torchvision_families() if a.name == name)
 
 
-def run_one(name: str, from_timm: bool, out: dict) -> None:
-    """Export, compile, diff; fills `out` (a Manager dict) as it goes."""
-    import onnx2gemmini as o2g
-    from onnx2gemmini.compare import run_diff
-    from onnx2gemmini.data import Dataset
-    from onnx2gemmini.emit.report import build_report
-
+def run_one(name: str, source: str, out: dict) -> None:
+    """Export, compile, diff; fills `out` (a Manager dict) as it goes. `source`: torchvision, timm or
+    transformers."""
+    if source == "transformers":
+        return run_transformers(name, out)
+    from_timm = source == "timm"
     arch = find(name, from_timm)
     if callable(arch.shape):
         arch = zoo.Arch(arch.name, arch.family, arch.build, arch.shape())
@@ -102,25 +103,48 @@ def run_one(name: str, from_timm: bool, out: dict) -> None:
                 out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
                 return
         out.update(input="x".join(map(str, arch.shape[2:])))
-        calib = Dataset({"x": zoo.calibration(arch, 8, 0)}, None, "synthetic")
+        compile_and_diff(path, {"x": zoo.calibration(arch, 8, 0)}, {"x": zoo.calibration(arch, 2, 1)}, out, start)
+
+
+def run_transformers(name: str, out: dict) -> None:
+    model = zoo_transformers.find(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
         try:
-            compiled = o2g.compile(path, calib=calib)
-        except o2g.O2GError as exc:
-            out.update(status="refused", detail=str(exc).splitlines()[0][:300])
+            path = zoo_transformers.export(model, Path(tmp) / "m.onnx")
+        except Exception as exc:  # noqa: BLE001 - a row of the table
+            out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
             return
-        report = build_report(compiled, compiled.timing)
-        totals = report["totals"]
-        cpu_steps = sum(1 for layer in report["layers"] if layer["target"] == "cpu")
-        out.update(status="compiled", macs=totals["macs"], gemmini_share=totals["macs_on_gemmini"] / max(totals["macs"], 1),
-                   cpu_steps=cpu_steps, steps=len(report["layers"]))
-        result = run_diff(compiled, Dataset({"x": zoo.calibration(arch, 2, 1)}, None, "synthetic"))
-        verdict = result["verdict"]
-        out.update(diff="PASSED" if verdict["passed"] else "FAILED: " + "; ".join(verdict["failures"][:2])[:300],
-                   sqnr=min((o["fp32_vs_int8"]["sqnr_db"] or 99) for o in result["outputs"].values()),
-                   seconds=round(time.perf_counter() - start, 1))
+        calib = zoo_transformers.inputs(model, 8, 0)
+        out.update(input=", ".join(f"{k} {'x'.join(map(str, v.shape[2:]))}" for k, v in calib.items()))
+        compile_and_diff(path, calib, zoo_transformers.inputs(model, 4, 1), out, start)
 
 
-def sweep(archs: list, timeout: float, from_timm: bool, jobs: int = 1) -> list[dict]:
+def compile_and_diff(path: Path, calib: dict, data: dict, out: dict, start: float) -> None:
+    """Compile with `calib` (samples by input name), diff on `data`; the row's figures into `out`."""
+    import onnx2gemmini as o2g
+    from onnx2gemmini.compare import run_diff
+    from onnx2gemmini.data import Dataset
+    from onnx2gemmini.emit.report import build_report
+
+    try:
+        compiled = o2g.compile(path, calib=Dataset(calib, None, "synthetic"))
+    except o2g.O2GError as exc:
+        out.update(status="refused", detail=str(exc).splitlines()[0][:300])
+        return
+    report = build_report(compiled, compiled.timing)
+    totals = report["totals"]
+    cpu_steps = sum(1 for layer in report["layers"] if layer["target"] == "cpu")
+    out.update(status="compiled", macs=totals["macs"], gemmini_share=totals["macs_on_gemmini"] / max(totals["macs"], 1),
+               cpu_steps=cpu_steps, steps=len(report["layers"]))
+    result = run_diff(compiled, Dataset(data, None, "synthetic"))
+    verdict = result["verdict"]
+    out.update(diff="PASSED" if verdict["passed"] else "FAILED: " + "; ".join(verdict["failures"][:2])[:300],
+               sqnr=min((o["fp32_vs_int8"]["sqnr_db"] or 99) for o in result["outputs"].values()),
+               seconds=round(time.perf_counter() - start, 1))
+
+
+def sweep(archs: list, timeout: float, source: str, jobs: int = 1) -> list[dict]:
     """Each architecture in its own spawned process, `jobs` at a time; rows in the architectures' order."""
     rows: list[dict | None] = [None] * len(archs)
     with multiprocessing.Manager() as manager:
@@ -131,7 +155,7 @@ def sweep(archs: list, timeout: float, from_timm: bool, jobs: int = 1) -> list[d
                 i, arch = queue.pop(0)
                 out = manager.dict(status="crashed")
                 process = multiprocessing.get_context("spawn").Process(target=run_one,
-                                                                       args=(arch.name, from_timm, out))
+                                                                       args=(arch.name, source, out))
                 process.start()
                 running.append((i, process, time.monotonic(), out))
             time.sleep(0.5)
@@ -169,16 +193,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--timm", action="store_true", help="timm's families instead of torchvision's")
+    parser.add_argument("--transformers", action="store_true", help="Hugging Face transformers' architectures")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--jobs", type=int, default=1, help="architectures compiled side by side")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    archs = [timm_arch(n) for n in timm_families()] if args.timm else zoo.torchvision_families()
+    source = "timm" if args.timm else "transformers" if args.transformers else "torchvision"
+    archs = [timm_arch(n) for n in timm_families()] if args.timm else zoo_transformers.MODELS \
+        if args.transformers else zoo.torchvision_families()
     if args.only:
         keep = set(args.only.split(","))
         archs = [a for a in archs if a.name in keep]
-    rows = sweep(archs, args.timeout, args.timm, max(1, args.jobs))
+    rows = sweep(archs, args.timeout, source, max(1, args.jobs))
     compiled = sum(r["status"] == "compiled" for r in rows)
     passed = sum(r.get("diff") == "PASSED" for r in rows)
     print(f"\n{compiled} of {len(rows)} compile; {passed} pass diff")

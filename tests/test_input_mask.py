@@ -51,16 +51,26 @@ def transformers5_style(causal=False):
                              "zero_b": np.float32(0), "ninf": np.float32(-np.inf)}, nan_guard=True)
 
 
+def t5_style():
+    """T5: Where(keep, position bias, finfo.min): a constant bias wherever a position is kept."""
+    nodes = [("Cast", ["mask"], ["mb"], {"to": TensorProto.BOOL}), ("Unsqueeze", ["mb", "axes"], ["keep"], {}),
+             ("Where", ["keep", "position_bias", "neg"], ["bias"], {})]
+    return attention(nodes, {"axes": np.array([1, 2], np.int64), "neg": np.float32(NEG),
+                             "position_bias": rng(9).normal(0, 1, (1, H, S, S)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("build,form", [(bert_style, "padding"), (transformers5_style, "padding"),
                                         (lambda: transformers5_style(causal=True), "causal"),
-                                        (lambda: bert_style(batch=2), "padding")],
-                         ids=["bert_finfo_min", "transformers5_where", "causal", "batch_2"])
+                                        (lambda: bert_style(batch=2), "padding"), (t5_style, "padding")],
+                         ids=["bert_finfo_min", "transformers5_where", "causal", "batch_2", "t5_position_bias"])
 def test_masks_from_an_input_fuse_into_the_softmax(build, form):
     compiled, result = assert_matches_ort(build())
     step = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "softmax_input_mask")
     assert step.params.causal == (form == "causal")
     assert compiled.plan.tensors[step.inputs[1]].onnx_name == "mask"
     assert not [n for n in compiled.graph.nodes if n.op_type in ("Cast", "Where", "IsNaN", "And", "Sub")]
+    biases = [n for n in compiled.graph.nodes if n.op_type == "Add"]  # T5's position bias stays, as a constant
+    assert len(biases) == (build is t5_style) and all(compiled.graph.const(n.inputs[1]) is not None for n in biases)
     mask_info = next(vi for vi in compiled.graph.inputs if vi.name == "mask")
     assert mask_info.attention_mask == form
     layer = next(l for l in result["layers"] if l["name"] == "p")

@@ -122,6 +122,37 @@ class Embedding(CpuKernel):
         return [costs.gather_terms(outer, inner, site.inputs[0].size)]
 
 
+POSITION_EMBEDDING = CFunction("o2g_position_embedding", (("ids", In("int64_t", "int32_t")), ("table", In("int8_t")),
+                                                          Y, ("index_bytes", Int()), ("rows", Int("size_t")),
+                                                          ("inner", Int("size_t")), ("seq", Int("size_t")),
+                                                          ("count", Int("size_t")), ("pad", Int("int64_t"))))
+
+
+@cpu_kernel("position_embedding", POSITION_EMBEDDING)
+@dataclass(frozen=True)
+class PositionEmbedding(CpuKernel):
+    """Rows of a constant int8 position table at the position ids RoBERTa derives from the token ids
+    (kernels.padding_positions: pad + the count of non-padding ids so far, pad at a padding id); positions
+    beyond the table are clamped (the compile checks the sequence fits)."""
+
+    pad: int
+
+    def run(self, inputs, out_shapes):
+        ids, table = inputs
+        positions = np.clip(kernels.padding_positions(ids, self.pad), 0, table.shape[0] - 1)
+        return [np.take(table, positions, axis=0)]
+
+    def calls(self, site: CallSite):
+        ids, table = site.inputs
+        return [CCall(POSITION_EMBEDDING, (ids.arg(), table.arg(), site.outputs[0].arg(), np.dtype(ids.dtype).itemsize,
+                                           table.shape[0], table.size // table.shape[0], ids.shape[-1], ids.size,
+                                           self.pad))]
+
+    def cost_parts(self, site: CallSite):
+        table = site.inputs[1]
+        return [costs.gather_terms(1, table.size // table.shape[0], site.inputs[0].size)]
+
+
 REMAP = CFunction("o2g_remap", (X, Y, ("rank", Int()), ("in_shape", List("int")), ("out_shape", List("int")),
                                 ("index", List("int64_t")), ("value", Int("int8_t"))))
 

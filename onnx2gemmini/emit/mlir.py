@@ -136,8 +136,8 @@ class _Module:
             "//   (Buddy's LLVM fork: -mattr=...,+xgemmini; an upstream llc: link mlir/o2g_gemmini_intrinsics.c)",
             "//   then link model.o with onnx2gemmini/runtime/o2g_mlir_abi.c (+ gemmini.h, the C runtime) and a main;",
             "//   make -C OUT/mlir BUDDY_OPT=... BUDDY_TRANSLATE=... LLC=... GEMMINI=... does it all, with a self-test",
-            f"// @{ENTRY}: float inputs (integer ids as i64/i32; ONNX layout), then int8 outputs (float32 where kept float; ONNX layout, "
-            "written in place)",
+            f"// @{ENTRY}: float inputs (integer ids: i64/i32; ONNX layout), then int8 outputs (float32 where kept "
+            "float; ONNX layout, written in place)",
         ]
         for tid in plan.inputs:
             t = plan.tensors[tid]

@@ -82,6 +82,15 @@ def layer_rows(plan: Plan, node_ops: dict[str, str]) -> list[dict]:
     return rows
 
 
+def input_entry(plan, tid: str) -> dict:
+    """A model input: name, ONNX shape, dtype and its quantization scale (None: integer ids, never quantized)."""
+    t = plan.tensors[tid]
+    quantize = next((s for s in plan.steps if isinstance(s, CpuOp) and s.inputs[0] == tid
+                     and s.params.op == "quantize"), None)
+    return {"name": t.onnx_name, "shape": list(t.onnx_shape), "dtype": t.dtype,
+            "scale": plan.tensors[quantize.outputs[0]].scale if quantize is not None else None}
+
+
 def output_entry(t) -> dict:
     """A model output in report.json: name, ONNX shape, dtype ("int8", or "float32": real values, scale 1),
     scale, and (when it keeps its concat inputs' scales) `axis_scales`: the ONNX axis and one scale per index
@@ -152,8 +161,7 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
         "tool": {"name": "onnx2gemmini", "version": __version__, "command": compiled.command},
         "model": {
             "path": loaded.path, "sha256": loaded.sha256, "opset": plan.opset,
-            "inputs": [{"name": compiled.graph.inputs[i].name, "shape": list(compiled.graph.inputs[i].shape),
-                        "scale": plan.tensors[plan.steps[i].outputs[0]].scale} for i in range(len(plan.inputs))],
+            "inputs": [input_entry(plan, tid) for tid in plan.inputs],
             "outputs": [output_entry(plan.tensors[t]) for t in plan.outputs],
         },
         "config": plan.config.to_dict(),

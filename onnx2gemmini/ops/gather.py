@@ -54,7 +54,7 @@ class GatherHandler(Handler):
         axis = node.attr("axis", 0) % table.ndim
         y = ctx.output(node.output, node.shape(node.output))
         table_id = ctx.const_id(node.name, "table")
-        params = cpu.Embedding(axis)
+        params = cpu.Embedding(axis) if node.fused.positions is None else cpu.PositionEmbedding(node.fused.positions)
         step = CpuOp(node.name, inputs=(ctx.tensor(node.inputs[1]).id, table_id), outputs=(y.id,), params=params,
                      reason="Gather of a constant table by integer ids (an embedding lookup): int8 rows copied")
         return Lowered([step], [y], {table_id: quantize(table, y.scale)})

@@ -10,7 +10,7 @@ from typing import Callable
 from ..config import GemminiConfig
 from ..graph import Graph
 from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_mask,
-               fuse_maxpool, einsum_weights, input_mask, qdq_import, recurrent_projection, scatter_block, sort_channels)
+               fuse_maxpool, einsum_weights, index_paths, input_mask, qdq_import, recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -31,6 +31,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_gate", fuse_gate.run),
     ("fuse_mask", fuse_mask.run),
     ("input_mask", input_mask.run),
+    ("index_paths", index_paths.run),
     ("conv1d", conv1d.run),
 )
 

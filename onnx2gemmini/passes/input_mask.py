@@ -33,7 +33,7 @@ LAYER_OPS = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization"
 
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = _drop_nan_guards(graph)
-    forms: dict[str, tuple[str, str] | None] = {}  # bias tensor -> (mask input, form), found once
+    forms: dict[str, tuple | None] = {}  # bias tensor -> (mask input, form, kept value or None), found once
     fused: list[Node] = []
     for node in list(graph.nodes):
         if node.op_type != "Softmax" or node.fused.mask or node.fused.input_mask or len(node.inputs) != 1:
@@ -45,15 +45,22 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             if bias not in forms:
                 forms[bias] = _form(graph, bias, graph.shapes[x], node.attrs.get("axis", -1))
             if forms[bias] is not None and x != bias:
-                node.inputs = [x]
-                node.fused = replace(node.fused, input_mask=forms[bias])
-                graph.nodes.remove(add)
+                mask, form, kept = forms[bias]
+                node.fused = replace(node.fused, input_mask=(mask, form))
+                if kept is None:
+                    node.inputs = [x]
+                    graph.nodes.remove(add)
+                else:  # T5: a position bias where kept; the Add keeps it as a constant
+                    name = f"{bias}__kept"
+                    graph.initializers[name], graph.shapes[name] = kept, kept.shape
+                    graph.dtypes[name] = np.dtype(np.float32)
+                    add.inputs = [x, name]
                 fused.append(node)
-                changes.append(f"{add.name} (Add of a {forms[bias][1]} mask from '{forms[bias][0]}') fused into "
-                               f"{node.name}")
+                changes.append(f"{add.name} (Add of a {form} mask from '{mask}'"
+                               f"{'' if kept is None else ' over a constant bias'}) fused into {node.name}")
                 break
     if fused:
-        _drop_dead(graph)
+        drop_dead(graph)
         forms = {}
         for n in fused:  # the strictest form each input is used with: what its data must allow
             name, form = n.fused.input_mask
@@ -81,7 +88,7 @@ def _drop_nan_guards(graph: Graph) -> list[str]:
     return changes
 
 
-def _drop_dead(graph: Graph) -> None:
+def drop_dead(graph: Graph) -> None:
     """Nodes nothing reads any more (the mask subgraphs)."""
     while True:
         dead = [n for n in graph.nodes if not any(graph.consumers(o) or graph.is_graph_output(o)
@@ -92,7 +99,7 @@ def _drop_dead(graph: Graph) -> None:
             graph.nodes.remove(n)
 
 
-def _ancestors(graph: Graph, tensor: str) -> tuple[list[Node], set[str]]:
+def ancestors(graph: Graph, tensor: str) -> tuple[list[Node], set[str]]:
     """The nodes `tensor` is computed by, and the non-constant tensors they start from."""
     nodes, leaves, frontier, seen = [], set(), [tensor], set()
     while frontier:
@@ -110,9 +117,10 @@ def _ancestors(graph: Graph, tensor: str) -> tuple[list[Node], set[str]]:
     return nodes, leaves
 
 
-def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int) -> tuple[str, str] | None:
-    """(mask input, form) when `bias` is, on every probe, the additive mask of one of FORMS; else None."""
-    nodes, leaves = _ancestors(graph, bias)
+def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int) -> tuple | None:
+    """(mask input, form, kept) when `bias` is, on every probe, the additive mask of one of FORMS over a constant
+    bias `kept` (None: 0), the same wherever a position is kept; else None."""
+    nodes, leaves = ancestors(graph, bias)
     if len(leaves) != 1 or not nodes or len(nodes) > MAX_NODES or len(x_shape) < 2 \
             or axis % len(x_shape) != len(x_shape) - 1 or any(n.op_type in LAYER_OPS for n in nodes):
         return None
@@ -122,22 +130,26 @@ def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int) -> tuple
             or info.shape[1] != x_shape[-1]:
         return None
     try:
-        probe = _probe_session(graph, nodes, info, bias)
+        probe = probe_session(graph, nodes, info, bias)
     except Exception:  # noqa: BLE001 - a subgraph onnxruntime cannot run alone is simply not fused
         return None
-    candidates = list(FORMS)
+    candidates, kept = list(FORMS), None
     for m in _probes(info.shape, np.dtype(info.dtype)):
         values = probe.run([bias], {mask: m})[0]
         if np.broadcast_shapes(values.shape, x_shape) != tuple(x_shape):
             return None
-        values = np.broadcast_to(values, x_shape)
         masked = values <= MASKED_BELOW
-        if not np.all(masked | (values == 0)):
+        if kept is None:  # the first probe keeps every position any form keeps: the bias where kept
+            kept = np.where(masked, np.float32(0), values).astype(np.float32)
+            if not np.isfinite(kept).all():
+                return None
+        if not np.all(masked | (values == kept)):
             return None
+        masked = np.broadcast_to(masked, x_shape)
         candidates = [f for f in candidates if np.array_equal(~masked, attention_keep(m, x_shape, f == "causal"))]
         if not candidates:
             return None
-    return mask, candidates[0]
+    return mask, candidates[0], kept if kept.any() else None
 
 
 def _probes(shape: tuple[int, int], dtype: np.dtype):
@@ -152,7 +164,7 @@ def _probes(shape: tuple[int, int], dtype: np.dtype):
         yield m
 
 
-def _probe_session(graph: Graph, nodes: list[Node], info, bias: str):
+def probe_session(graph: Graph, nodes: list[Node], info, bias: str):
     from ..ort_session import session  # onnxruntime only when a mask subgraph is there
     order = topological(nodes, [info.name] + list(graph.initializers))
     used = {i for n in order for i in n.inputs if i in graph.initializers}

@@ -1,8 +1,8 @@
 """Build the emitted C program (OUT/c/) with make and run it on this host: the third execution of a plan.
 
 `./model INPUT.bin OUTPUT.bin` reads the float32 (or integer id) inputs and writes the int8 outputs, float32
-where an output is kept float (CONTRACTS.md); this module writes INPUT.bin, runs it and reads OUTPUT.bin back, so tests and `diff` can hold the C
-program's bytes against the emulator's.
+where an output is kept float (CONTRACTS.md); this module writes INPUT.bin, runs it and reads OUTPUT.bin
+back, so tests and `diff` can hold the C program's bytes against the emulator's.
 """
 from __future__ import annotations
 

@@ -1290,6 +1290,24 @@ void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_by
         }
 }
 
+void o2g_position_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t rows,
+                            size_t inner, size_t seq, size_t count, int64_t pad)
+{
+    int64_t seen = 0, position;
+    size_t k;
+    for (k = 0; k < count; k++, y += inner) {
+        const int64_t id = index_bytes == 8 ? ((const int64_t *)ids)[k] : (int64_t)((const int32_t *)ids)[k];
+        if (k % seq == 0)
+            seen = 0;
+        position = id == pad ? pad : pad + ++seen;
+        if (position < 0)
+            position = 0;
+        else if ((uint64_t)position >= rows)
+            position = (int64_t)rows - 1;
+        o2g_copy(y, table + (size_t)position * inner, inner);
+    }
+}
+
 void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_t inner,
                 const int64_t *indices, size_t count)
 {

@@ -104,6 +104,11 @@ void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
  * an id outside the table is clamped to it (the compiler's data check refuses such ids). Exact. */
 void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t outer, size_t rows,
                    size_t inner, size_t count);
+/* y[k] = table[position k] for token ids [count / seq][seq]: position = pad at a padding id (id == pad), else
+ * pad + the number of non-padding ids of its sequence up to it (RoBERTa's position ids); clamped to the
+ * table. Exact. */
+void o2g_position_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t rows,
+                            size_t inner, size_t seq, size_t count, int64_t pad);
 /* y[i0]..[in] = x[index0[i0]]..[indexn[in]], or `value` where any index is -1 (Slice, Pad, nearest
  * Resize, ConvTranspose's zero insertion: per-axis maps). `index` concatenates the maps of every
  * axis, out_shape[d] entries for axis d; rank <= O2G_MAX_RANK. Exact. */
