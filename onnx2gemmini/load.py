@@ -298,7 +298,8 @@ def _softmax_mask(model: onnx.ModelProto, name: str, values: np.ndarray) -> bool
             return False
         for node in readers:
             after = consumers.get(node.output[0], [])
-            if node.op_type == "Add" and len(after) == 1 and after[0].op_type == "Softmax":
+            if node.op_type in ("Add", "Where") and len(after) == 1 and after[0].op_type == "Softmax" \
+                    and not (node.op_type == "Where" and node.input[0] == tensor):
                 continue
             if node.op_type not in MASK_PATH_OPS or (node.op_type == "Where" and node.input[0] == tensor):
                 return False

@@ -217,6 +217,53 @@ def gather_case(rng, outer, n, inner, count, off=0, oo=0) -> Case:
                 np.take(x, idx, axis=1), {"elem": outer * count * inner}, (off, 0), oo)
 
 
+def embedding_case(rng, outer, rows, inner, count, index_bytes=8, off=0, oo=0) -> Case:
+    """o2g_embedding: rows of a table at ids (negative ones from the end, out-of-range ones clamped)."""
+    table = i8(rng, (outer, rows, inner))
+    ids = rng.integers(-rows - 2, rows + 2, size=count).astype(np.int64 if index_bytes == 8 else np.int32)
+    ref = cpu.Embedding(1).run([ids, table], [])[0]
+    return Case(f"embedding {outer}x{rows}x{inner} take {count} (int{8 * index_bytes})", "embedding",
+                f"o2g_embedding({{in0}}, {{in1}}, {{out}}, {index_bytes}, {outer}, {rows}, {inner}, {count});",
+                [ids, table], ref, {"elem": outer * count * inner}, (0, off), oo)
+
+
+def position_embedding_case(rng, batch, seq, rows, inner, pad, index_bytes=8) -> Case:
+    """o2g_position_embedding: RoBERTa's position ids from token ids with padding (and clamping)."""
+    ids = rng.integers(0, 5, size=(batch, seq)).astype(np.int64 if index_bytes == 8 else np.int32)
+    ids[rng.random(ids.shape) < 0.3] = pad
+    table = i8(rng, (rows, inner))
+    ref = cpu.PositionEmbedding(pad).run([ids, table], [])[0]
+    return Case(f"position_embedding {batch}x{seq} rows {rows} pad {pad}", "position_embedding",
+                f"o2g_position_embedding({{in0}}, {{in1}}, {{out}}, {index_bytes}, {rows}, {inner}, {seq}, "
+                f"{ids.size}, {pad});", [ids, table], ref, {"elem": ref.size})
+
+
+def softmax_masked_case(rng, outer, n, inner, keep_shape, in_scale=0.05, out_scale=1 / 127) -> Case:
+    """o2g_softmax_masked: a constant keep table over x's trailing axes, repeated over the leading ones."""
+    x = i8(rng, (outer, n, inner))
+    keep = (rng.random(keep_shape) < 0.6).astype(np.int8)
+    keep[..., 0, :] = 1  # every row (along the softmax axis, keep's second last) keeps a position
+    kept = np.broadcast_to(keep, x.shape)
+    ref = kernels.softmax(x, 1, in_scale, out_scale, kept)
+    return Case(f"softmax_masked {outer}x{n}x{inner} keep {'x'.join(map(str, keep_shape))}", "softmax_masked",
+                f"o2g_softmax_masked({{in0}}, {{in1}}, {{out}}, {outer}, {n}, {inner}, {keep.size}, "
+                f"{c_float(in_scale)}, {c_float(out_scale)});", [x, keep], ref, {"elem": x.size}, tol=LIBM)
+
+
+def softmax_input_mask_case(rng, batch, heads, queries, keys, causal, index_bytes=8) -> Case:
+    """o2g_softmax_input_mask: attention scores masked by a [batch][keys] mask input (padding, causal)."""
+    x = i8(rng, (batch, heads, queries, keys))
+    mask = (rng.random((batch, keys)) < 0.7).astype(np.int64 if index_bytes == 8 else np.int32)
+    mask[:, 0] = 1  # the first position kept: no query is left with nothing (causal)
+    ref = cpu.InputMaskedSoftmax(3, 0.05, 1 / 127, causal).run([x, mask], [])[0]
+    rows = x.size // keys
+    return Case(f"softmax_input_mask {batch}x{heads}x{queries}x{keys}{' causal' if causal else ''}",
+                "softmax_input_mask",
+                f"o2g_softmax_input_mask({{in0}}, {{in1}}, {{out}}, {rows}, {keys}, {queries}, {rows // batch}, "
+                f"{index_bytes}, {int(causal)}, {c_float(0.05)}, {c_float(1 / 127)});", [x, mask], ref,
+                {"elem": x.size}, tol=LIBM)
+
+
 def remap_case(rng, in_shape, maps, value=0, what="", off=0, oo=0) -> Case:
     """maps: one int64 array per axis (-1 = `value`)."""
     x = i8(rng, in_shape)

@@ -212,7 +212,19 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     if args.markdown:
-        args.markdown.write_text(markdown(rows))
+        write_table(args.markdown, source, markdown(rows))
+
+
+def write_table(path: Path, source: str, table: str) -> None:
+    """The table between `<!-- zoo-table: SOURCE -->` and `<!-- end of zoo-table: SOURCE -->` in `path` (the
+    rest of the page is prose), or the whole file when it has no such markers."""
+    start, end = f"<!-- zoo-table: {source} -->\n", f"<!-- end of zoo-table: {source} -->"
+    text = path.read_text() if path.exists() else ""
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        path.write_text(head + start + table + end + rest.split(end, 1)[1])
+    else:
+        path.write_text(table)
 
 
 if __name__ == "__main__":
