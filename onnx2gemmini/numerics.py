@@ -39,8 +39,11 @@ def run_tops(ranges: np.ndarray, size: int) -> np.ndarray:
 
 
 def scale_for(amax: float) -> float:
-    """Symmetric int8 scale of a range; an all-zero (or non-finite) range gets a harmless 1/127."""
-    return f32(amax / INT8_MAX) if amax > 0 and np.isfinite(amax) else f32(1.0 / INT8_MAX)
+    """Symmetric int8 scale of a range; an all-zero (or non-finite) range gets a harmless 1/127, and so does a
+    range of subnormal values, whose scale would not be a normal float32 (its products and quotients would
+    underflow to 0 or overflow): those values quantize to 0."""
+    scale = f32(amax / INT8_MAX) if amax > 0 and np.isfinite(amax) else 0.0
+    return scale if scale >= np.finfo(np.float32).tiny else f32(1.0 / INT8_MAX)
 
 
 def bias_scale(s_in: float, s_w: float) -> float:

@@ -10,7 +10,8 @@ from typing import Callable
 from ..config import GemminiConfig
 from ..graph import Graph
 from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_mask,
-               fuse_maxpool, einsum_weights, index_paths, input_mask, qdq_import, recurrent_projection, scatter_block, sort_channels)
+               fuse_maxpool, einsum_weights, index_paths, input_mask, outer_product, qdq_import, recurrent_projection,
+               scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
@@ -22,6 +23,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("drop_empty", drop_empty.run),
     ("scatter_block", scatter_block.run),
     ("einsum_weights", einsum_weights.run),
+    ("outer_product", outer_product.run),
     ("recurrent_projection", recurrent_projection.run),
     ("bn_affine", bn_affine.run),
     ("bn_fold", bn_fold.run),

@@ -328,6 +328,7 @@ def _sample_stats(sess, outputs: list[str], tensors: list[str], mean_tensors: li
 
 
 BATCH_VALUES = 2**22  # small samples' values are histogrammed together, up to this many at a time
+TINY_RANGE = float(np.finfo(np.float32).tiny) * 2 * BINS  # below it, BINS float32 bins of [0, amax] collapse
 
 
 def _histogram(chunks: list[np.ndarray], zeros: int, amax: float) -> np.ndarray:
@@ -343,6 +344,8 @@ def _histogram(chunks: list[np.ndarray], zeros: int, amax: float) -> np.ndarray:
             size += chunk.size
         if batch and (chunk is None or size >= BATCH_VALUES):
             joined = batch[0] if len(batch) == 1 else np.concatenate(batch)
+            if amax < TINY_RANGE:  # float32 bin edges would not be distinct (a range of subnormals): in float64
+                joined = joined.astype(np.float64)
             hist += np.histogram(joined, bins=BINS, range=(0.0, amax))[0]
             batch, size = [], 0
     hist[0] += zeros
