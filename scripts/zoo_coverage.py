@@ -217,14 +217,14 @@ def main() -> None:
 
 def write_table(path: Path, source: str, table: str) -> None:
     """The table between `<!-- zoo-table: SOURCE -->` and `<!-- end of zoo-table: SOURCE -->` in `path` (the
-    rest of the page is prose), or the whole file when it has no such markers."""
+    rest of the page is prose, kept as it is); a page without them gets them, with the table, at its end."""
     start, end = f"<!-- zoo-table: {source} -->\n", f"<!-- end of zoo-table: {source} -->"
     text = path.read_text() if path.exists() else ""
     if start in text and end in text:
         head, rest = text.split(start, 1)
         path.write_text(head + start + table + end + rest.split(end, 1)[1])
     else:
-        path.write_text(table)
+        path.write_text(text + ("\n" if text else "") + start + table + end + "\n")
 
 
 if __name__ == "__main__":

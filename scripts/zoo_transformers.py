@@ -1,5 +1,6 @@
 """Hugging Face `transformers` architectures for scripts/zoo_coverage.py --transformers: each built from its
-config with random weights (nothing downloaded), shrunk to two layers and a small hidden size, exported by
+config with random weights (nothing downloaded; convolutions and linear layers drawn with a 1/sqrt(fan-in)
+spread so deep stacks keep their scale), shrunk to two layers and a small hidden size, exported by
 torch.onnx.export (opset 17) with the inputs it takes in use: token ids (and, where the model takes one, an
 attention mask with padding), pixels, log-mel features or raw audio. The output is the last hidden state.
 """
@@ -132,6 +133,14 @@ def export(model: Model, path: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     names = list(inputs(model, 1, 0))
     module = build(model).eval()
+    with torch.no_grad():  # Hugging Face's init (std 0.02) makes deep random convolution stacks decay to 0
+        for m in module.modules():
+            if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)):
+                fan_in = m.weight[0].numel()
+                m.weight.normal_(0, fan_in ** -0.5)
+            elif isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
 
     class Wrapped(torch.nn.Module):
         def __init__(self):
