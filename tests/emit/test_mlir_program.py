@@ -24,9 +24,10 @@ from onnx2gemmini.run.selftest import default_sample, selftest_case  # noqa: E40
 from onnx2gemmini.slices import densify  # noqa: E402
 
 # exact Gemmini and CPU steps, several inputs and outputs, float32 outputs, libm kernels (the default build
-# then needs the hooks), a multi-row matmul with a repeating bias, channel slices densified into copies
+# then needs the hooks), a multi-row matmul with a repeating bias, channel slices densified into copies,
+# integer inputs (token ids and an attention mask)
 CASES = ["matmul_bias_3d", "two_inputs_three_outputs", "float_outputs", "layernorm", "softmax", "concat_in_place",
-         "conv_relu_pool"]
+         "conv_relu_pool", "attention_mask_input_causal"]
 
 
 @pytest.fixture(scope="module")
