@@ -249,6 +249,19 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
     for outer, n, inner in ((1, 1000, 1), (32, 64, 1), (128, 10, 1), (8, 197, 1), (64, 49, 1), (1, 10, 1), (1, 100, 1), (4, 300, 1),
                             (1, 10, 64), (1, 20, 16), (4, 8, 32)):
         add(costs.softmax_terms(outer, n, inner), bs.softmax_case(r, outer, n, inner))
+    for outer, n, inner in ((1, 1000, 1), (32, 64, 1), (128, 10, 1), (8, 197, 1), (64, 49, 1), (1, 10, 1), (4, 300, 1),
+                            (1, 10, 64), (1, 20, 16), (4, 8, 32)):
+        add(costs.softmax_terms(outer, n, inner, "softmax_masked"), bs.softmax_masked_case(r, outer, n, inner, (n, inner)))
+    for batch, heads, queries, keys, causal in ((1, 4, 16, 16, False), (2, 12, 32, 32, True), (1, 2, 128, 128, False),
+                                                (1, 8, 64, 64, True), (1, 1, 4, 300, False), (2, 2, 8, 8, False)):
+        add(costs.softmax_terms(batch * heads * queries, keys, 1, "softmax_input_mask"),
+            bs.softmax_input_mask_case(r, batch, heads, queries, keys, causal))
+    for outer, rows, inner, count in ((1, 1000, 64, 16), (1, 5000, 128, 128), (1, 50, 768, 32), (1, 100, 16, 256),
+                                      (1, 2, 64, 16)):
+        add(costs.lookup_terms("embedding", inner, count), bs.embedding_case(r, outer, rows, inner, count, 8))
+    for batch, seq, rows, inner in ((1, 16, 66, 64), (2, 128, 514, 128), (1, 32, 64, 768), (4, 8, 20, 16)):
+        add(costs.lookup_terms("position_embedding", inner, batch * seq),
+            bs.position_embedding_case(r, batch, seq, rows, inner, 1))
     for outer, n in ((128, 256), (16, 768), (49, 96), (64, 64), (8, 32)):
         add(costs.layernorm_terms(outer, n), bs.layernorm_case(r, outer, n))
     for outer, c, inner, size in ((784, 64, 1, 5), (1, 64, 196, 5), (100, 32, 1, 3)):

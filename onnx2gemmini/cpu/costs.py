@@ -161,12 +161,18 @@ def dwconv_terms(n: int, h: int, w: int, c: int, multiplier: int, kernel, stride
     return "dwconv", {"call": 1, "mac": n * inside * oc, "elem": pixels * oc, "pixel": pixels}
 
 
-def softmax_terms(outer: int, axis_len: int, inner: int) -> tuple[str, Terms]:
+def softmax_terms(outer: int, axis_len: int, inner: int, kind: str = "softmax") -> tuple[str, Terms]:
     """o2g_softmax: one table of at most 256 exps per call of at least 256 values, each exp(-d * in_scale) for a
-    value d steps below its row's largest; a smaller call one exp per value ("tap": the exps)."""
+    value d steps below its row's largest; a smaller call one exp per value ("tap": the exps). `kind`
+    softmax_masked / softmax_input_mask: the masked kernels (one table per call, filled as rows need it)."""
     rows = outer * inner
-    return ("softmax" if inner == 1 else "softmax_strided"), {"call": 1, "elem": rows * axis_len, "row": rows,
-                                                               "tap": min(rows * axis_len, 256)}
+    return (kind if inner == 1 else f"{kind}_strided"), {"call": 1, "elem": rows * axis_len, "row": rows,
+                                                          "tap": min(rows * axis_len, 256)}
+
+
+def lookup_terms(kind: str, inner: int, count: int) -> tuple[str, Terms]:
+    """o2g_embedding / o2g_position_embedding: one row of `inner` bytes copied per id."""
+    return kind, {"call": 1, "elem": count * inner, "row": count}
 
 
 def layernorm_terms(outer: int, norm: int) -> tuple[str, Terms]:

@@ -98,6 +98,9 @@ class MaskedSoftmax(Softmax):
     def run(self, inputs, out_shapes):
         return [kernels.softmax(inputs[0], self.axis, self.in_scale, self.out_scale, inputs[1])]
 
+    def cost_parts(self, site: CallSite):
+        return [costs.softmax_terms(*split(site.inputs[0].shape, self.axis), kind="softmax_masked")]
+
     def calls(self, site: CallSite):
         x, keep = site.inputs
         return [CCall(SOFTMAX_MASKED, (x.arg(), keep.arg(), site.outputs[0].arg(), *split(x.shape, self.axis),
@@ -122,6 +125,9 @@ class InputMaskedSoftmax(Softmax):
         x, mask = inputs
         keep = kernels.attention_keep(mask, x.shape, self.causal)
         return [kernels.softmax(x, self.axis, self.in_scale, self.out_scale, keep)]
+
+    def cost_parts(self, site: CallSite):
+        return [costs.softmax_terms(*split(site.inputs[0].shape, self.axis), kind="softmax_input_mask")]
 
     def calls(self, site: CallSite):
         x, mask = site.inputs

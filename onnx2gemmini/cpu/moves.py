@@ -119,7 +119,7 @@ class Embedding(CpuKernel):
 
     def cost_parts(self, site: CallSite):
         outer, _, inner = split(site.inputs[1].shape, self.axis)
-        return [costs.gather_terms(outer, inner, site.inputs[0].size)]
+        return [costs.lookup_terms("embedding", inner, outer * site.inputs[0].size)]
 
 
 POSITION_EMBEDDING = CFunction("o2g_position_embedding", (("ids", In("int64_t", "int32_t")), ("table", In("int8_t")),
@@ -150,7 +150,7 @@ class PositionEmbedding(CpuKernel):
 
     def cost_parts(self, site: CallSite):
         table = site.inputs[1]
-        return [costs.gather_terms(1, table.size // table.shape[0], site.inputs[0].size)]
+        return [costs.lookup_terms("position_embedding", table.size // table.shape[0], site.inputs[0].size)]
 
 
 REMAP = CFunction("o2g_remap", (X, Y, ("rank", Int()), ("in_shape", List("int")), ("out_shape", List("int")),

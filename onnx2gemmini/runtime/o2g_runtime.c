@@ -1205,60 +1205,72 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
         }
 }
 
-/* Softmax of int8 rows with a constant mask: keep[f % keep_size] (f: the flat index of a value of x) says
- * whether a position takes part; the others are left out of the row's largest value and its sum, and come out
- * 0. The exps and the sum follow o2g_softmax's (NumPy's pairwise sum over the row, masked exps 0). */
+/* One row of a masked softmax: values xs[k * stride] and keep[k * stride], k < n (0: masked, left out of the
+ * largest value and the sum, output 0). exps[d] = exp(-d * in_scale) for d < *filled, filled as needed and
+ * kept across rows; e holds the row's exps (n <= O2G_MASKED_SOFTMAX_MAX). The sum follows o2g_softmax's
+ * (NumPy's pairwise sum over a contiguous row, in order along a strided one; masked exps are 0). */
+static void o2g_softmax_kept_row(const int8_t *xs, const int8_t *keep, int8_t *ys, size_t n, size_t stride,
+                                 float *e, float *exps, int *filled, float in_scale, float out_scale)
+{
+    struct o2g_values v;
+    int top = -128, d;
+    float sum = 0.0f;
+    size_t k;
+    for (k = 0; k < n; k++)
+        if (keep[k * stride] && xs[k * stride] > top)
+            top = xs[k * stride];
+    for (k = 0; k < n; k++) {
+        if (!keep[k * stride]) {
+            e[k] = 0.0f;
+            continue;
+        }
+        d = top - xs[k * stride];
+        for (; *filled <= d; ++*filled)
+            exps[*filled] = o2g_softmax_exp(*filled, in_scale);
+        e[k] = exps[d];
+    }
+    v.f = e;
+    v.kind = O2G_ARRAY;
+    if (stride == 1) {
+        sum = o2g_pairwise(&v, 0, n);
+    } else {
+        for (k = 0; k < n; k++) {
+            sum += e[k];
+            O2G_KEEP(sum);
+        }
+    }
+    for (k = 0; k < n; k++)
+        ys[k * stride] = o2g_q(o2g_fdiv(e[k], sum), out_scale);
+}
+
 #define O2G_MASKED_SOFTMAX_MAX 4096
+
+/* Softmax of int8 rows with a constant mask: keep[f % keep_size] (f: the flat index of a value of x) says
+ * whether a position takes part. keep_size is a multiple of axis_len * inner (the mask covers the softmax
+ * axis and every axis after it), so each row's keep values are one strided run. */
 void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t outer, size_t axis_len,
                         size_t inner, size_t keep_size, float in_scale, float out_scale)
 {
-    float e[O2G_MASKED_SOFTMAX_MAX], exps[256]; /* exps[d] = exp(-d * in_scale) */
+    float e[O2G_MASKED_SOFTMAX_MAX], exps[256];
     int filled = 0;
-    size_t o, i, k;
+    size_t o, i;
     for (o = 0; o < outer; o++)
         for (i = 0; i < inner; i++) {
             const size_t base = o * axis_len * inner + i;
-            const int8_t *xs = x + base;
-            int8_t *ys = y + base;
-            struct o2g_values v;
-            int top = -128, d;
-            float sum = 0.0f;
-            for (k = 0; k < axis_len; k++)
-                if (keep[(base + k * inner) % keep_size] && xs[k * inner] > top)
-                    top = xs[k * inner];
-            for (k = 0; k < axis_len; k++) {
-                if (!keep[(base + k * inner) % keep_size]) {
-                    e[k] = 0.0f;
-                    continue;
-                }
-                d = top - xs[k * inner];
-                for (; filled <= d; filled++)
-                    exps[filled] = o2g_softmax_exp(filled, in_scale);
-                e[k] = exps[d];
-            }
-            v.f = e;
-            v.kind = O2G_ARRAY;
-            if (inner == 1) {
-                sum = o2g_pairwise(&v, 0, axis_len);
-            } else {
-                for (k = 0; k < axis_len; k++) {
-                    sum += e[k];
-                    O2G_KEEP(sum);
-                }
-            }
-            for (k = 0; k < axis_len; k++)
-                ys[k * inner] = o2g_q(o2g_fdiv(e[k], sum), out_scale);
+            o2g_softmax_kept_row(x + base, keep + base % keep_size, y + base, axis_len, inner, e, exps, &filled,
+                                 in_scale, out_scale);
         }
 }
 
 /* Softmax of attention scores [rows][keys] masked by an integer model input [batch][keys] (int64_t or int32_t
  * ids of index_bytes; 0: masked), row r being query r % queries of batch r / batch_rows; causal: every key
- * after the query's own position (the last queries line up with the last keys) is masked too. Each row goes
- * through o2g_softmax_masked with its own keep row. */
+ * after the query's own position (the last queries line up with the last keys) is masked too. */
 void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t rows, size_t keys, size_t queries,
                             size_t batch_rows, int index_bytes, int causal, float in_scale, float out_scale)
 {
+    float e[O2G_MASKED_SOFTMAX_MAX], exps[256];
     int8_t keep[O2G_MASKED_SOFTMAX_MAX];
+    int filled = 0;
     size_t r, k;
     for (r = 0; r < rows; r++) {
         const size_t b = r / batch_rows, last = r % queries + (keys - queries);
@@ -1267,7 +1279,7 @@ void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t
                                                : (int64_t)((const int32_t *)mask)[b * keys + k];
             keep[k] = m != 0 && (!causal || k <= last);
         }
-        o2g_softmax_masked(x + r * keys, keep, y + r * keys, 1, keys, 1, keys, in_scale, out_scale);
+        o2g_softmax_kept_row(x + r * keys, keep, y + r * keys, keys, 1, e, exps, &filled, in_scale, out_scale);
     }
 }
 
