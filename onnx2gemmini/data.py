@@ -334,7 +334,7 @@ def fit_samples(info: ValueInfo, array: np.ndarray, source: str) -> np.ndarray:
             bad = low if low < -info.index_limit else high
             raise DataError(f"{source}: input '{name}' holds id {bad}, outside the table it indexes "
                             f"({info.index_limit} rows: ids {-info.index_limit} to {info.index_limit - 1})")
-    if info.attention_mask and fitted.size:
+    if info.attention_mask in ("padding", "causal") and fitted.size:
         _check_attention_mask(fitted, info, source)
     return fitted
 

@@ -168,25 +168,37 @@ class _Builder:
 
     def mask_bias(self, node: Node) -> str:
         """The additive bias of an attention mask input ([batch, keys], 0: masked) over the scores [batch, ...,
-        queries, keys]: -inf where it (or, causal, a later key) masks, 0 elsewhere, with standard ops."""
+        queries, keys], with standard ops: 0 where kernels.attention_keep keeps a position, float32's lowest
+        elsewhere (a row that keeps nothing then comes out uniform, as the int8 kernel makes it)."""
         name, form = node.fused.input_mask
         x_shape = self.graph.shapes[self.original.get(node.inputs[0], node.inputs[0])]
         vi = next(vi for vi in self.graph.inputs if vi.name == name)
-        base = f"{node.name}__input_mask"
+        base, rank, keys, queries = f"{node.name}__input_mask", len(x_shape), x_shape[-1], x_shape[-2]
         zero = self.init(f"{base}__zero", np.zeros((), vi.dtype))
         self.node("Equal", [name, zero], [f"{base}__masked"], name=f"{base}__Equal")
-        inf, nothing = self.init(f"{base}__inf", np.float32(-np.inf)), self.init(f"{base}__0", np.float32(0))
-        self.node("Where", [f"{base}__masked", inf, nothing], [f"{base}__keys"], name=f"{base}__Where")
-        shape = (vi.shape[0],) + (1,) * (len(x_shape) - 2) + (x_shape[-1],)
-        self.node("Reshape", [f"{base}__keys", self.init(f"{base}__shape", np.asarray(shape, np.int64))],
-                  [f"{base}__bias"], name=f"{base}__Reshape")
-        if form != "causal":
-            return f"{base}__bias"
-        keys, queries = x_shape[-1], x_shape[-2]
-        later = np.arange(keys)[None, :] > np.arange(queries)[:, None] + (keys - queries)
-        causal = self.init(f"{base}__causal", np.where(later, np.float32(-np.inf), np.float32(0)))
-        self.node("Add", [f"{base}__bias", causal], [f"{base}__causal_bias"], name=f"{base}__Causal")
-        return f"{base}__causal_bias"
+        self.node("Not", [f"{base}__masked"], [f"{base}__kept"], name=f"{base}__Not")
+
+        def reshaped(tensor: str, shape: tuple, tag: str) -> str:
+            self.node("Reshape", [tensor, self.init(f"{base}__{tag}_shape", np.asarray(shape, np.int64))],
+                      [f"{base}__{tag}"], name=f"{base}__Reshape_{tag}")
+            return f"{base}__{tag}"
+        keep = reshaped(f"{base}__kept", (vi.shape[0],) + (1,) * (rank - 2) + (keys,), "keys")
+        if form == "causal":
+            later = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + (keys - queries)
+            self.node("And", [keep, self.init(f"{base}__causal", later)], [f"{base}__keep"], name=f"{base}__Causal")
+            keep = f"{base}__keep"
+        elif form == "query_key":
+            self.node("Slice", [f"{base}__kept", self.init(f"{base}__q0", np.asarray([keys - queries], np.int64)),
+                                self.init(f"{base}__q1", np.asarray([keys], np.int64)),
+                                self.init(f"{base}__q_axis", np.asarray([1], np.int64))],
+                      [f"{base}__queries_kept"], name=f"{base}__Slice")
+            rows = reshaped(f"{base}__queries_kept", (vi.shape[0],) + (1,) * (rank - 3) + (queries, 1), "queries")
+            self.node("And", [keep, rows], [f"{base}__keep"], name=f"{base}__QueryKey")
+            keep = f"{base}__keep"
+        lowest = self.init(f"{base}__lowest", np.float32(np.finfo(np.float32).min))
+        self.node("Where", [keep, self.init(f"{base}__0", np.float32(0)), lowest], [f"{base}__bias"],
+                  name=f"{base}__Where")
+        return f"{base}__bias"
 
     def lower(self, node: Node) -> None:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
@@ -275,6 +287,15 @@ class _Builder:
             self.qdq(f"{out}__preq", out)
         elif op == "Gather" and node.fused.positions is not None:  # RoBERTa's position ids (passes/index_paths.py)
             self.node("Gather", [self.operand(ins[0]), self.position_ids(node)], [f"{out}__preq"], name=node.name)
+            self.qdq(f"{out}__preq", out)
+        elif op == "MaskRows":  # x * mask[b, s] (passes/input_mask.py), as the model multiplies
+            x_shape = self.graph.shapes[self.original.get(ins[0], ins[0])]
+            mask_shape = self.graph.shapes[ins[1]]
+            self.node("Cast", [ins[1]], [f"{out}__mask_f"], name=f"{node.name}__Cast", to=TensorProto.FLOAT)
+            shape = self.init(f"{node.name}__mask_shape",
+                              np.asarray(tuple(mask_shape) + (1,) * (len(x_shape) - len(mask_shape)), np.int64))
+            self.node("Reshape", [f"{out}__mask_f", shape], [f"{out}__mask_rows"], name=f"{node.name}__Reshape")
+            self.node("Mul", [ins[0], f"{out}__mask_rows"], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
         elif op in ("Split", "LSTM", "GRU"):  # several outputs, each quantized on its own
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}

@@ -25,8 +25,8 @@ class ValueInfo:
     dtype: np.dtype
     # an integer input (token ids): how many rows the tables it indexes have (valid ids: -limit .. limit-1)
     index_limit: int | None = None
-    # an integer input that masks softmaxes (nonzero: attend): "padding", or "causal" where some softmax also
-    # masks later positions (passes/input_mask.py); "" for any other input
+    # an integer input that masks softmaxes (nonzero: attend), by the strictest form it masks with
+    # (passes/input_mask.py): "query_key", "padding" or "causal"; "" for any other input
     attention_mask: str = ""
 
 
@@ -63,7 +63,8 @@ class Fused:
     # the initializer holding which positions are kept (int8 0/1, shaped like the trailing axes of x)
     mask: str | None = None
     # Softmax(x + M) with M computed from an integer model input (passes/input_mask.py): (that input, form),
-    # form "padding" (position k kept where mask[b, k] != 0) or "causal" (and k <= q)
+    # form: kernels.MASK_FORMS ("padding": position k kept where mask[b, k] != 0; "causal": and k <= q;
+    # "query_key": and mask[b, q] != 0)
     input_mask: tuple[str, str] | None = None
     # Gather(table, position ids) whose ids count the non-padding token ids up to each position (RoBERTa's
     # create_position_ids_from_input_ids; passes/index_paths.py): the pad id; the Gather reads the token ids

@@ -176,12 +176,15 @@ def softmax(x, axis, in_scale, out_scale, keep=None) -> np.ndarray:
     largest - the value) in 0..255 (one rounding of an exact product, where onnxruntime's float softmax
     subtracts two rounded products): one table of 256 exps serves a call, here and in the C kernel.
     `keep` (0/1 over x's trailing axes, repeated for the leading ones): masked positions take no part in the
-    largest value nor the sum, and their exp is 0."""
+    largest value nor the sum, and their exp is 0; a row that keeps nothing is uniform (every exp 1), as a
+    float softmax of a row whose every score was replaced by one large negative number is."""
     table = np.exp(np.arange(256, dtype=np.float32) * np.float32(-in_scale))
     if keep is not None:
         kept = np.broadcast_to(np.asarray(keep) != 0, x.shape)
+        empty = ~kept.any(axis=axis, keepdims=True)
         top = np.where(kept, x.astype(np.int16), np.int16(-128)).max(axis=axis, keepdims=True)
         e = np.where(kept, table[np.clip(top - x.astype(np.int16), 0, 255)], np.float32(0))
+        e = np.where(empty, np.float32(1), e)
         return quantize(e / e.sum(axis=axis, keepdims=True), out_scale)
     d = x.max(axis=axis, keepdims=True).astype(np.int16) - x.astype(np.int16)
     e = table[d]
@@ -196,14 +199,21 @@ def padding_positions(ids: np.ndarray, pad: int) -> np.ndarray:
     return np.where(keep, np.cumsum(keep, axis=-1) + pad, pad).astype(np.int64)
 
 
-def attention_keep(mask: np.ndarray, x_shape: tuple[int, ...], causal: bool) -> np.ndarray:
+MASK_FORMS = ("padding", "causal", "query_key")
+
+
+def attention_keep(mask: np.ndarray, x_shape: tuple[int, ...], form: str) -> np.ndarray:
     """Which positions of attention scores x ([batch, ..., queries, keys]) an attention mask input ([batch,
-    keys], nonzero: attend) keeps; causal: also only keys up to the query's own position (the last queries
-    line up with the last keys)."""
+    keys], nonzero: attend) keeps: "padding" the keys it keeps; "causal" also only keys up to the query's own
+    position (the last queries line up with the last keys); "query_key" only where it keeps both the key and
+    the query (DeBERTa: a padded query keeps nothing)."""
     keys, queries = x_shape[-1], x_shape[-2]
-    keep = (np.asarray(mask) != 0).reshape((mask.shape[0],) + (1,) * (len(x_shape) - 2) + (keys,))
-    if causal:
+    kept = np.asarray(mask) != 0
+    keep = kept.reshape((mask.shape[0],) + (1,) * (len(x_shape) - 2) + (keys,))
+    if form == "causal":
         keep = keep & (np.arange(keys)[None, :] <= np.arange(queries)[:, None] + (keys - queries))
+    elif form == "query_key":
+        keep = keep & kept[:, keys - queries:].reshape((mask.shape[0],) + (1,) * (len(x_shape) - 3) + (queries, 1))
     return np.broadcast_to(keep, x_shape)
 
 

@@ -19,13 +19,17 @@ from .quant.quantize import QuantTable
 from .slices import concat_in_place, restride
 
 
+# The ops that read integer model inputs: lookups, and masks the rewrite passes made (passes/input_mask.py).
+INDEX_READERS = ("Gather", "MaskRows")
+
+
 def preflight(graph: Graph, ctx=None) -> None:
     """One error naming every node that cannot be converted (unknown ops with counts, and reasons)."""
     missing: dict[str, list[str]] = {}
     refused: list[str] = []
     for node in graph.nodes:
         ids = [i for i in node.inputs if i and graph.is_index(i)]
-        if ids and node.op_type != "Gather":
+        if ids and node.op_type not in INDEX_READERS:
             refused.append(f"{node.name} ({node.op_type}: reads the integer input '{ids[0]}'; only an embedding "
                            f"lookup, Gather of a constant table, reads integer inputs)")
             continue

@@ -238,6 +238,16 @@ def position_embedding_case(rng, batch, seq, rows, inner, pad, index_bytes=8) ->
                 f"{ids.size}, {pad});", [ids, table], ref, {"elem": ref.size})
 
 
+def mask_rows_case(rng, rows, row_len, index_bytes=8, off=0, oo=0) -> Case:
+    """o2g_mask_rows: rows of x kept where a mask input is nonzero, zeroed elsewhere."""
+    x = i8(rng, (rows, row_len))
+    mask = rng.integers(0, 2, size=rows).astype(np.int64 if index_bytes == 8 else np.int32)
+    ref = cpu.MaskRows(rows).run([x, mask], [])[0]
+    return Case(f"mask_rows {rows}x{row_len}", "mask_rows",
+                f"o2g_mask_rows({{in0}}, {{in1}}, {{out}}, {index_bytes}, {rows}, {row_len});", [x, mask], ref,
+                {"elem": x.size}, (off, 0), oo)
+
+
 def softmax_masked_case(rng, outer, n, inner, keep_shape, in_scale=0.05, out_scale=1 / 127) -> Case:
     """o2g_softmax_masked: a constant keep table over x's trailing axes, repeated over the leading ones."""
     x = i8(rng, (outer, n, inner))
@@ -250,17 +260,17 @@ def softmax_masked_case(rng, outer, n, inner, keep_shape, in_scale=0.05, out_sca
                 f"{c_float(in_scale)}, {c_float(out_scale)});", [x, keep], ref, {"elem": x.size}, tol=LIBM)
 
 
-def softmax_input_mask_case(rng, batch, heads, queries, keys, causal, index_bytes=8) -> Case:
-    """o2g_softmax_input_mask: attention scores masked by a [batch][keys] mask input (padding, causal)."""
+def softmax_input_mask_case(rng, batch, heads, queries, keys, form, index_bytes=8) -> Case:
+    """o2g_softmax_input_mask: attention scores masked by a [batch][keys] mask input (kernels.MASK_FORMS)."""
     x = i8(rng, (batch, heads, queries, keys))
     mask = (rng.random((batch, keys)) < 0.7).astype(np.int64 if index_bytes == 8 else np.int32)
     mask[:, 0] = 1  # the first position kept: no query is left with nothing (causal)
-    ref = cpu.InputMaskedSoftmax(3, 0.05, 1 / 127, causal).run([x, mask], [])[0]
+    ref = cpu.InputMaskedSoftmax(3, 0.05, 1 / 127, form).run([x, mask], [])[0]
     rows = x.size // keys
-    return Case(f"softmax_input_mask {batch}x{heads}x{queries}x{keys}{' causal' if causal else ''}",
+    return Case(f"softmax_input_mask {batch}x{heads}x{queries}x{keys} {form}",
                 "softmax_input_mask",
                 f"o2g_softmax_input_mask({{in0}}, {{in1}}, {{out}}, {rows}, {keys}, {queries}, {rows // batch}, "
-                f"{index_bytes}, {int(causal)}, {c_float(0.05)}, {c_float(1 / 127)});", [x, mask], ref,
+                f"{index_bytes}, {kernels.MASK_FORMS.index(form)}, {c_float(0.05)}, {c_float(1 / 127)});", [x, mask], ref,
                 {"elem": x.size}, tol=LIBM)
 
 

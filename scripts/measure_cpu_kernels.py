@@ -249,19 +249,6 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
     for outer, n, inner in ((1, 1000, 1), (32, 64, 1), (128, 10, 1), (8, 197, 1), (64, 49, 1), (1, 10, 1), (1, 100, 1), (4, 300, 1),
                             (1, 10, 64), (1, 20, 16), (4, 8, 32)):
         add(costs.softmax_terms(outer, n, inner), bs.softmax_case(r, outer, n, inner))
-    for outer, n, inner in ((1, 1000, 1), (32, 64, 1), (128, 10, 1), (8, 197, 1), (64, 49, 1), (1, 10, 1), (4, 300, 1),
-                            (1, 10, 64), (1, 20, 16), (4, 8, 32)):
-        add(costs.softmax_terms(outer, n, inner, "softmax_masked"), bs.softmax_masked_case(r, outer, n, inner, (n, inner)))
-    for batch, heads, queries, keys, causal in ((1, 4, 16, 16, False), (2, 12, 32, 32, True), (1, 2, 128, 128, False),
-                                                (1, 8, 64, 64, True), (1, 1, 4, 300, False), (2, 2, 8, 8, False)):
-        add(costs.softmax_terms(batch * heads * queries, keys, 1, "softmax_input_mask"),
-            bs.softmax_input_mask_case(r, batch, heads, queries, keys, causal))
-    for outer, rows, inner, count in ((1, 1000, 64, 16), (1, 5000, 128, 128), (1, 50, 768, 32), (1, 100, 16, 256),
-                                      (1, 2, 64, 16)):
-        add(costs.lookup_terms("embedding", inner, count), bs.embedding_case(r, outer, rows, inner, count, 8))
-    for batch, seq, rows, inner in ((1, 16, 66, 64), (2, 128, 514, 128), (1, 32, 64, 768), (4, 8, 20, 16)):
-        add(costs.lookup_terms("position_embedding", inner, batch * seq),
-            bs.position_embedding_case(r, batch, seq, rows, inner, 1))
     for outer, n in ((128, 256), (16, 768), (49, 96), (64, 64), (8, 32)):
         add(costs.layernorm_terms(outer, n), bs.layernorm_case(r, outer, n))
     for outer, c, inner, size in ((784, 64, 1, 5), (1, 64, 196, 5), (100, 32, 1, 3)):
@@ -292,6 +279,23 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
                 out.append(_binary_case(bs, r, fn, kinds, rows, run))
     for rows, run in ((1, 4096), (8, 512), (64, 600), (2, 2000)):
         out.append(_binary_case(bs, r, "mul", "QS", rows, run))
+    t = np.random.default_rng(7)  # the transformer kernels' own stream: the other keys' data stay as they were
+    for outer, n, inner in ((1, 1000, 1), (32, 64, 1), (128, 10, 1), (8, 197, 1), (64, 49, 1), (1, 10, 1), (4, 300, 1),
+                            (1, 10, 64), (1, 20, 16), (4, 8, 32)):
+        add(costs.softmax_terms(outer, n, inner, "softmax_masked"), bs.softmax_masked_case(t, outer, n, inner, (n, inner)))
+    for batch, heads, queries, keys, form in ((1, 4, 16, 16, "padding"), (2, 12, 32, 32, "causal"),
+                                              (1, 2, 128, 128, "padding"), (1, 8, 64, 64, "causal"),
+                                              (1, 1, 4, 300, "padding"), (2, 2, 8, 8, "query_key")):
+        add(costs.softmax_terms(batch * heads * queries, keys, 1, "softmax_input_mask"),
+            bs.softmax_input_mask_case(t, batch, heads, queries, keys, form))
+    for outer, rows, inner, count in ((1, 1000, 64, 16), (1, 5000, 128, 128), (1, 50, 768, 32), (1, 100, 16, 256),
+                                      (1, 2, 64, 16)):
+        add(costs.lookup_terms("embedding", inner, count), bs.embedding_case(t, outer, rows, inner, count, 8))
+    for batch, seq, rows, inner in ((1, 16, 66, 64), (2, 128, 514, 128), (1, 32, 64, 768), (4, 8, 20, 16)):
+        add(costs.lookup_terms("position_embedding", inner, batch * seq),
+            bs.position_embedding_case(t, batch, seq, rows, inner, 1))
+    for rows, row_len in ((16, 64), (128, 768), (32, 128), (256, 16), (4, 1000)):
+        add(costs.lookup_terms("mask_rows", row_len, rows), bs.mask_rows_case(t, rows, row_len))
     return out
 
 

@@ -13,18 +13,25 @@ S, H, D = 6, 2, 8
 NEG = float(np.finfo(np.float32).min)
 
 
-def attention(mask_nodes, mask_inits, bias="bias", nan_guard=False, batch=1):
+def attention(mask_nodes, mask_inits, bias="bias", nan_guard=False, batch=1, select=None, zero_padded=False):
     """Token ids -> embedding -> one attention head pair whose scores get `bias` (built from `mask` by
-    `mask_nodes`) before the Softmax, then the context: a BERT-style block."""
+    `mask_nodes`) before the Softmax, then the context: a BERT-style block. `select`: (condition, fill) of a
+    Where that replaces masked scores instead (DeBERTa); `zero_padded`: the embeddings times the mask."""
     r = rng(0)
     inits = {"emb": r.normal(0, 0.5, (20, D)).astype(np.float32), "Wq": r.normal(0, 0.4, (D, H * D)).astype(np.float32),
              "Wk": r.normal(0, 0.4, (D, H * D)).astype(np.float32), "qs": np.array([batch, S, H, D], np.int64),
              **mask_inits}
-    nodes = [("Gather", ["emb", "ids"], ["e"], {}), ("MatMul", ["e", "Wq"], ["q2"], {}),
+    nodes = [("Gather", ["emb", "ids"], ["e0" if zero_padded else "e"], {})]
+    if zero_padded:
+        inits["axis2"] = np.array([2], np.int64)
+        nodes += [("Unsqueeze", ["mask", "axis2"], ["mask3"], {}),
+                  ("Cast", ["mask3"], ["mask3f"], {"to": TensorProto.FLOAT}), ("Mul", ["e0", "mask3f"], ["e"], {})]
+    nodes += [("MatMul", ["e", "Wq"], ["q2"], {}),
              ("MatMul", ["e", "Wk"], ["k2"], {}), ("Reshape", ["q2", "qs"], ["q3"], {}),
              ("Reshape", ["k2", "qs"], ["k3"], {}), ("Transpose", ["q3"], ["q"], {"perm": [0, 2, 1, 3]}),
              ("Transpose", ["k3"], ["k"], {"perm": [0, 2, 3, 1]}), ("MatMul", ["q", "k"], ["s"], {}),
-             *mask_nodes, ("Add", ["s", bias], ["sm"], {}), ("Softmax", ["sm"], ["p"], {"axis": -1})]
+             *mask_nodes, ("Where", [select[0], select[1], "s"], ["sm"], {}) if select else ("Add", ["s", bias], ["sm"], {}),
+             ("Softmax", ["sm"], ["p"], {"axis": -1})]
     if nan_guard:  # transformers 5: a row of -inf gives NaN, zeroed afterwards
         inits["zero"] = np.float32(0)
         nodes += [("IsNaN", ["p"], ["isnan"], {}), ("Where", ["isnan", "zero", "p"], ["pz"], {})]
@@ -59,16 +66,29 @@ def t5_style():
                              "position_bias": rng(9).normal(0, 1, (1, H, S, S)).astype(np.float32)})
 
 
+def deberta_style():
+    """DeBERTa: the embeddings times the mask, and Where(Not(mask_q * mask_k), finfo.min, scores): a padded
+    query attends to nothing (its row comes out uniform, as the float model's does)."""
+    nodes = [("Unsqueeze", ["mask", "axes_k"], ["mk"], {}), ("Unsqueeze", ["mask", "axes_q"], ["mq"], {}),
+             ("Mul", ["mk", "mq"], ["mqk"], {}), ("Cast", ["mqk"], ["kept"], {"to": TensorProto.BOOL}),
+             ("Not", ["kept"], ["masked"], {})]
+    return attention(nodes, {"axes_k": np.array([1, 2], np.int64), "axes_q": np.array([1, 3], np.int64),
+                             "neg": np.float32(NEG)}, select=("masked", "neg"), zero_padded=True)
+
+
 @pytest.mark.parametrize("build,form", [(bert_style, "padding"), (transformers5_style, "padding"),
                                         (lambda: transformers5_style(causal=True), "causal"),
-                                        (lambda: bert_style(batch=2), "padding"), (t5_style, "padding")],
-                         ids=["bert_finfo_min", "transformers5_where", "causal", "batch_2", "t5_position_bias"])
+                                        (lambda: bert_style(batch=2), "padding"), (t5_style, "padding"),
+                                        (deberta_style, "query_key")],
+                         ids=["bert_finfo_min", "transformers5_where", "causal", "batch_2", "t5_position_bias",
+                              "deberta_query_key"])
 def test_masks_from_an_input_fuse_into_the_softmax(build, form):
     compiled, result = assert_matches_ort(build())
     step = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "softmax_input_mask")
-    assert step.params.causal == (form == "causal")
+    assert step.params.form == form
     assert compiled.plan.tensors[step.inputs[1]].onnx_name == "mask"
-    assert not [n for n in compiled.graph.nodes if n.op_type in ("Cast", "Where", "IsNaN", "And", "Sub")]
+    assert not [n for n in compiled.graph.nodes if n.op_type in ("Cast", "Where", "IsNaN", "And", "Sub", "Not")]
+    assert [n.op_type == "MaskRows" for n in compiled.graph.nodes].count(True) == (build is deberta_style)
     biases = [n for n in compiled.graph.nodes if n.op_type == "Add"]  # T5's position bias stays, as a constant
     assert len(biases) == (build is t5_style) and all(compiled.graph.const(n.inputs[1]) is not None for n in biases)
     mask_info = next(vi for vi in compiled.graph.inputs if vi.name == "mask")
@@ -116,3 +136,19 @@ def test_data_whose_mask_leaves_a_query_nothing_is_refused(tmp_path):
     np.savez(path, ids=np.zeros((1, 1, S), np.int64), mask=np.array([[[0] + [1] * (S - 1)]], np.int64))
     with pytest.raises(o2g.O2GError, match="masks its first position"):
         o2g.compile(transformers5_style(causal=True), calib=str(path))
+
+
+def test_a_padded_query_attends_uniformly_as_in_the_float_model():
+    """query_key: the row of a padded query keeps nothing; the float model's Where makes it uniform, and the
+    int8 kernel too (not 0, not NaN). The embeddings of padded positions are zeroed exactly."""
+    compiled = o2g.compile(deberta_style())
+    sample = {"ids": np.arange(S).reshape(1, S) % 20, "mask": np.array([[1, 1, 1, 0, 0, 0]])}
+    from onnx2gemmini.run.emulator import Emulator
+    buffers = Emulator(compiled.plan).run(sample, keep=True)
+    step = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "softmax_input_mask")
+    p = buffers[step.outputs[0]].reshape(1, H, S, S)
+    assert (p[:, :, 3:, :] == p[:, :, 3:, :1]).all() and (p[:, :, 3:, 0] > 0).all()  # uniform padded rows
+    assert (p[:, :, :3, 3:] == 0).all() and (p[:, :, :3, :3] > 0).any()
+    rows = next(s for s in compiled.plan.steps if getattr(s, "op", "") == "mask_rows")
+    e = buffers[rows.outputs[0]].reshape(1, S, D)
+    assert (e[0, 3:] == 0).all() and (e[0, :3] != 0).any()

@@ -110,20 +110,22 @@ class MaskedSoftmax(Softmax):
 SOFTMAX_INPUT_MASK = CFunction("o2g_softmax_input_mask", (X, ("mask", In("int64_t", "int32_t")), Y,
                                                           ("rows", Int("size_t")), ("keys", Int("size_t")),
                                                           ("queries", Int("size_t")), ("batch_rows", Int("size_t")),
-                                                          ("index_bytes", Int()), ("causal", Int()), *SCALES))
+                                                          ("index_bytes", Int()),
+                                                          ("form", Int(names=("O2G_MASK_PADDING", "O2G_MASK_CAUSAL",
+                                                                              "O2G_MASK_QUERY_KEY"))), *SCALES))
 
 
 @cpu_kernel("softmax_input_mask", SOFTMAX_INPUT_MASK)
 @dataclass(frozen=True)
 class InputMaskedSoftmax(Softmax):
     """Softmax over the last axis (keys) of attention scores [batch, ..., queries, keys], masked by an integer
-    model input [batch, keys] (passes/input_mask.py: 0 = masked; `causal`: also every later key)."""
+    model input [batch, keys] (passes/input_mask.py: 0 = masked; `form` one of kernels.MASK_FORMS)."""
 
-    causal: bool = False
+    form: str = "padding"
 
     def run(self, inputs, out_shapes):
         x, mask = inputs
-        keep = kernels.attention_keep(mask, x.shape, self.causal)
+        keep = kernels.attention_keep(mask, x.shape, self.form)
         return [kernels.softmax(x, self.axis, self.in_scale, self.out_scale, keep)]
 
     def cost_parts(self, site: CallSite):
@@ -134,7 +136,8 @@ class InputMaskedSoftmax(Softmax):
         keys, queries = x.shape[-1], x.shape[-2]
         rows = x.size // keys
         return [CCall(SOFTMAX_INPUT_MASK, (x.arg(), mask.arg(), site.outputs[0].arg(), rows, keys, queries,
-                                           rows // x.shape[0], np.dtype(mask.dtype).itemsize, int(self.causal),
+                                           rows // x.shape[0], np.dtype(mask.dtype).itemsize,
+                                           kernels.MASK_FORMS.index(self.form),
                                            self.in_scale, self.out_scale))]
 
 

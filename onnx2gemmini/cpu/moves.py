@@ -153,6 +153,34 @@ class PositionEmbedding(CpuKernel):
         return [costs.lookup_terms("position_embedding", table.size // table.shape[0], site.inputs[0].size)]
 
 
+MASK_ROWS = CFunction("o2g_mask_rows", (X, ("mask", In("int64_t", "int32_t")), Y, ("index_bytes", Int()),
+                                        ("rows", Int("size_t")), ("row_len", Int("size_t"))))
+
+
+@cpu_kernel("mask_rows", MASK_ROWS)
+@dataclass(frozen=True)
+class MaskRows(CpuKernel):
+    """x viewed as [rows][row_len] copied where the integer mask input's value of the row is nonzero, zeros
+    elsewhere (ops/mask_rows.py): the same int8 values at the same scale, exact."""
+
+    rows: int
+
+    def run(self, inputs, out_shapes):
+        x, mask = inputs
+        keep = np.asarray(mask).reshape(self.rows, 1) != 0
+        rows = x.reshape(self.rows, x.size // max(self.rows, 1))
+        return [np.where(keep, rows, np.int8(0)).reshape(x.shape)]
+
+    def calls(self, site: CallSite):
+        x, mask = site.inputs
+        return [CCall(MASK_ROWS, (x.arg(), mask.arg(), site.outputs[0].arg(), np.dtype(mask.dtype).itemsize,
+                                  self.rows, x.size // max(self.rows, 1)))]
+
+    def cost_parts(self, site: CallSite):
+        x = site.inputs[0]
+        return [costs.lookup_terms("mask_rows", x.size // max(self.rows, 1), self.rows)]
+
+
 REMAP = CFunction("o2g_remap", (X, Y, ("rank", Int()), ("in_shape", List("int")), ("out_shape", List("int")),
                                 ("index", List("int64_t")), ("value", Int("int8_t"))))
 

@@ -20,7 +20,7 @@ EXP_ZERO_BELOW = 104.0
 class SoftmaxHandler(Handler):
     gemmini = "none (only configs with normalizations have a softmax unit)"
     limits = ("float32 on the CPU, 1 LSB tolerance vs onnxruntime; an attention mask (constant: x + M with M 0 or "
-              f"<= {MASKED_BELOW:g}; or built from an integer input: padding or causal) fused in, rows up to "
+              f"<= {MASKED_BELOW:g}; or built from an integer input: padding, causal or query-and-key) fused in, rows up to "
               f"{cpu.float_ops.MASKED_SOFTMAX_MAX_ROW}")
 
     def check(self, node, ctx):
@@ -44,7 +44,7 @@ class SoftmaxHandler(Handler):
         if node.fused.input_mask:
             name, form = node.fused.input_mask
             inputs = (x.id, ctx.tensor(name).id)
-            params = cpu.InputMaskedSoftmax(axis, x.scale, y.scale, form == "causal")
+            params = cpu.InputMaskedSoftmax(axis, x.scale, y.scale, form)
         if node.fused.mask:
             keep_id = ctx.const_id(node.name, "keep")
             lowered.constants[keep_id] = node.const(node.fused.mask)

@@ -1207,7 +1207,7 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
 
 /* One row of a masked softmax: values xs[k * stride] and keep[k * stride], k < n (0: masked, left out of the
  * largest value and the sum, output 0). exps[d] = exp(-d * in_scale) for d < *filled, filled as needed and
- * kept across rows; e holds the row's exps (n <= O2G_MASKED_SOFTMAX_MAX). The sum follows o2g_softmax's
+ * kept across rows (exps NULL: each exp computed alone, for calls of fewer than 256 values); e holds the row's exps (n <= O2G_MASKED_SOFTMAX_MAX). The sum follows o2g_softmax's
  * (NumPy's pairwise sum over a contiguous row, in order along a strided one; masked exps are 0). */
 static void o2g_softmax_kept_row(const int8_t *xs, const int8_t *keep, int8_t *ys, size_t n, size_t stride,
                                  float *e, float *exps, int *filled, float in_scale, float out_scale)
@@ -1216,15 +1216,27 @@ static void o2g_softmax_kept_row(const int8_t *xs, const int8_t *keep, int8_t *y
     int top = -128, d;
     float sum = 0.0f;
     size_t k;
+    int any = 0;
     for (k = 0; k < n; k++)
-        if (keep[k * stride] && xs[k * stride] > top)
-            top = xs[k * stride];
+        if (keep[k * stride]) {
+            any = 1;
+            if (xs[k * stride] > top)
+                top = xs[k * stride];
+        }
     for (k = 0; k < n; k++) {
+        if (!any) { /* a row that keeps nothing is uniform */
+            e[k] = 1.0f;
+            continue;
+        }
         if (!keep[k * stride]) {
             e[k] = 0.0f;
             continue;
         }
         d = top - xs[k * stride];
+        if (exps == 0) {
+            e[k] = o2g_softmax_exp(d, in_scale);
+            continue;
+        }
         for (; *filled <= d; ++*filled)
             exps[*filled] = o2g_softmax_exp(*filled, in_scale);
         e[k] = exps[d];
@@ -1257,16 +1269,22 @@ void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t o
     for (o = 0; o < outer; o++)
         for (i = 0; i < inner; i++) {
             const size_t base = o * axis_len * inner + i;
-            o2g_softmax_kept_row(x + base, keep + base % keep_size, y + base, axis_len, inner, e, exps, &filled,
-                                 in_scale, out_scale);
+            o2g_softmax_kept_row(x + base, keep + base % keep_size, y + base, axis_len, inner, e,
+                                 outer * axis_len * inner < 256 ? 0 : exps, &filled, in_scale, out_scale);
         }
 }
 
+O2G_INLINE int o2g_mask_at(const void *mask, int index_bytes, size_t i)
+{
+    return index_bytes == 8 ? ((const int64_t *)mask)[i] != 0 : ((const int32_t *)mask)[i] != 0;
+}
+
 /* Softmax of attention scores [rows][keys] masked by an integer model input [batch][keys] (int64_t or int32_t
- * ids of index_bytes; 0: masked), row r being query r % queries of batch r / batch_rows; causal: every key
- * after the query's own position (the last queries line up with the last keys) is masked too. */
+ * ids of index_bytes; 0: masked), row r being query r % queries of batch r / batch_rows (the last queries line
+ * up with the last keys). O2G_MASK_CAUSAL also masks every key after the query's own position;
+ * O2G_MASK_QUERY_KEY masks the whole row of a masked query (a uniform row, see o2g_softmax_kept_row). */
 void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t rows, size_t keys, size_t queries,
-                            size_t batch_rows, int index_bytes, int causal, float in_scale, float out_scale)
+                            size_t batch_rows, int index_bytes, int form, float in_scale, float out_scale)
 {
     float e[O2G_MASKED_SOFTMAX_MAX], exps[256];
     int8_t keep[O2G_MASKED_SOFTMAX_MAX];
@@ -1274,12 +1292,11 @@ void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t
     size_t r, k;
     for (r = 0; r < rows; r++) {
         const size_t b = r / batch_rows, last = r % queries + (keys - queries);
-        for (k = 0; k < keys; k++) {
-            const int64_t m = index_bytes == 8 ? ((const int64_t *)mask)[b * keys + k]
-                                               : (int64_t)((const int32_t *)mask)[b * keys + k];
-            keep[k] = m != 0 && (!causal || k <= last);
-        }
-        o2g_softmax_kept_row(x + r * keys, keep, y + r * keys, keys, 1, e, exps, &filled, in_scale, out_scale);
+        const int query = form != O2G_MASK_QUERY_KEY || o2g_mask_at(mask, index_bytes, b * keys + last);
+        for (k = 0; k < keys; k++)
+            keep[k] = query && o2g_mask_at(mask, index_bytes, b * keys + k) && (form != O2G_MASK_CAUSAL || k <= last);
+        o2g_softmax_kept_row(x + r * keys, keep, y + r * keys, keys, 1, e, rows * keys < 256 ? 0 : exps, &filled,
+                             in_scale, out_scale);
     }
 }
 
@@ -1300,6 +1317,18 @@ void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_by
                 id = (int64_t)rows - 1;
             o2g_copy(y, table + (size_t)id * inner, inner);
         }
+}
+
+void o2g_mask_rows(const int8_t *x, const void *mask, int8_t *y, int index_bytes, size_t rows, size_t row_len)
+{
+    size_t r;
+    for (r = 0; r < rows; r++, x += row_len, y += row_len) {
+        const int keep = index_bytes == 8 ? ((const int64_t *)mask)[r] != 0 : ((const int32_t *)mask)[r] != 0;
+        if (keep)
+            o2g_copy(y, x, row_len);
+        else
+            o2g_fill(y, 0, row_len);
+    }
 }
 
 void o2g_position_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t rows,

@@ -85,15 +85,18 @@ void o2g_softmax(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size
                  float in_scale, float out_scale);
 
 /* o2g_softmax with a constant attention mask: keep[f % keep_size] (f: flat index into x) is 0 where a position
- * is masked (left out of the row's largest value and sum; output 0). axis_len <= 4096. */
+ * is masked (left out of the row's largest value and sum; output 0; a row that keeps nothing is uniform).
+ * keep_size is a multiple of axis_len * inner; axis_len <= 4096. */
 void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t outer, size_t axis_len,
                         size_t inner, size_t keep_size, float in_scale, float out_scale);
 
 /* Softmax of attention scores [rows][keys] masked by an integer model input [batch][keys] (0: masked; int64_t
- * ids when index_bytes is 8, else int32_t): row r is query r % queries of batch r / batch_rows; causal masks
- * every later key as well. keys <= 4096. */
+ * ids when index_bytes is 8, else int32_t): row r is query r % queries of batch r / batch_rows; the form says
+ * what else is masked: nothing, every later key (causal), or a masked query's whole row (query_key, a uniform
+ * row, as is any row that keeps nothing). keys <= 4096. */
+enum o2g_mask_form { O2G_MASK_PADDING, O2G_MASK_CAUSAL, O2G_MASK_QUERY_KEY };
 void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t rows, size_t keys, size_t queries,
-                            size_t batch_rows, int index_bytes, int causal, float in_scale, float out_scale);
+                            size_t batch_rows, int index_bytes, int form, float in_scale, float out_scale);
 
 /* int8 data movement on x viewed as [outer][axis_len][inner] (exact). */
 /* y[o][k][i] = x[o][indices[k]][i], k < count (ONNX Gather with constant indices) */
@@ -104,6 +107,9 @@ void o2g_gather(const int8_t *x, int8_t *y, size_t outer, size_t axis_len, size_
  * an id outside the table is clamped to it (the compiler's data check refuses such ids). Exact. */
 void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_bytes, size_t outer, size_t rows,
                    size_t inner, size_t count);
+/* y[r] = x[r] where mask[r] != 0, else zeros, x viewed as [rows][row_len] (int64_t mask values when index_bytes
+ * is 8, else int32_t): an attention mask zeroing padded positions' rows. Exact. */
+void o2g_mask_rows(const int8_t *x, const void *mask, int8_t *y, int index_bytes, size_t rows, size_t row_len);
 /* y[k] = table[position k] for token ids [count / seq][seq]: position = pad at a padding id (id == pad), else
  * pad + the number of non-padding ids of its sequence up to it (RoBERTa's position ids); clamped to the
  * table. Exact. */

@@ -16,7 +16,7 @@ from tests.ops.test_resize import resize_model
 from tests.ops.test_slice_pad import pad_model, slice_model
 from tests.ops.test_softmax import masked_model
 from tests.test_index_paths import roberta_embeddings
-from tests.test_input_mask import transformers5_style
+from tests.test_input_mask import deberta_style, transformers5_style
 from tests.ops.test_binary import prelu_model
 from tests.ops.test_recurrent import rnn_model
 from tests.ops.test_activations import se_block
@@ -250,6 +250,7 @@ MODELS = {
     "softmax_causal_mask": lambda: masked_model("add"),
     "attention_mask_input_causal": lambda: transformers5_style(causal=True),
     "roberta_position_ids": roberta_embeddings,
+    "deberta_mask_rows_query_key": deberta_style,
     "two_inputs_three_outputs": two_in_three_out,
     "slice_steps_nhwc": lambda: slice_model((1, 4, 7, 7), [1, -1, 0], [7, -8, 3], [2, 3, 1], [2, -2, 1],
                                             after_conv=True),

@@ -325,7 +325,8 @@ def test_host_program_matches_emulator(workdir, name):
 @pytest.mark.parametrize("name", ["softmax", "squeeze_excite_lut_binary", "two_inputs_three_outputs",
                                   "gather_layernorm_broadcast_add", "attention_matmuls",
                                   "embedding_lookups_int64_int32", "softmax_causal_mask",
-                                  "attention_mask_input_causal", "roberta_position_ids"])
+                                  "attention_mask_input_causal", "roberta_position_ids",
+                                  "deberta_mask_rows_query_key"])
 def test_selftest_passes(workdir, name):
     built = synthetic(workdir, name)
     assert_selftest_passes(built, selftest_output(built.c_dir, ["./model-selftest"]))

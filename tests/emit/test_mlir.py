@@ -327,6 +327,7 @@ MODELS = {
         ("softmax_causal_mask", ["@o2g_rt_softmax_masked"]),
         ("attention_mask_input_causal", ["@o2g_rt_softmax_input_mask_i64", "@o2g_rt_embedding_i64"]),
         ("roberta_position_ids", ["@o2g_rt_position_embedding_i64", "@o2g_rt_embedding_i64"]),
+        ("deberta_mask_rows_query_key", ["@o2g_rt_mask_rows_i64", "@o2g_rt_softmax_input_mask_i64"]),
         ("float_outputs", ["@o2g_rt_lut_f32", "@o2g_rt_concat_part_f32", "@o2g_rt_concat_part_dequantize"]),
         ("batchnorm_scale_relu", ["@o2g_rt_affine"]),
         ("dense_block", ["@o2g_rt_affine", "@o2g_rt_concat_part"]),

@@ -108,14 +108,17 @@ def kernel_cases() -> list:
         c.append(B.embedding_case(r, outer, rows, inner, count, nbytes, off, oo))
     for batch, seq, rows, inner, pad, nbytes in [(1, 12, 15, 8, 1, 8), (2, 7, 9, 5, 0, 4), (1, 20, 6, 3, 2, 8)]:
         c.append(B.position_embedding_case(r, batch, seq, rows, inner, pad, nbytes))
+    for rows, row_len, nbytes, off, oo in [(6, 16, 8, 0, 0), (5, 7, 4, 1, 3), (1, 100, 8, 0, 0), (0, 4, 8, 0, 0)]:
+        c.append(B.mask_rows_case(r, rows, row_len, nbytes, off, oo))
     # masked softmax: a constant keep table (one per call or repeated over leading axes; strided axis), and a
     # mask input (padding and causal, int64 and int32 ids, more keys than queries)
     for outer, n, inner, keep_shape in [(4, 6, 1, (6, 1)), (2, 40, 1, (2, 40, 1)), (3, 5, 4, (5, 4)),
                                         (2, 300, 1, (300, 1))]:
         c.append(B.softmax_masked_case(r, outer, n, inner, keep_shape))
-    for batch, heads, queries, keys, causal, nbytes in [(1, 2, 6, 6, False, 8), (2, 3, 5, 5, True, 8),
-                                                        (2, 1, 3, 7, True, 4), (1, 1, 1, 300, False, 4)]:
-        c.append(B.softmax_input_mask_case(r, batch, heads, queries, keys, causal, nbytes))
+    for batch, heads, queries, keys, form, nbytes in [(1, 2, 6, 6, "padding", 8), (2, 3, 5, 5, "causal", 8),
+                                                      (2, 1, 3, 7, "causal", 4), (1, 1, 1, 300, "padding", 4),
+                                                      (2, 2, 5, 5, "query_key", 8), (1, 1, 3, 6, "query_key", 4)]:
+        c.append(B.softmax_input_mask_case(r, batch, heads, queries, keys, form, nbytes))
     # remap: pads, slices, strides, nearest upsampling, crops, many runs, padding along the last axis
     c += [B.remap_case(r, (1, 5, 5, 8), [[0], B.pad_map(5, 1, 2), B.pad_map(5, 2, 1), list(range(8))], -3, "pad"),
           B.remap_case(r, (1, 5, 5, 16), [[0], list(range(5)), list(range(5)), list(range(3, 11))], 0, "slice C"),
