@@ -334,14 +334,22 @@ def fit_samples(info: ValueInfo, array: np.ndarray, source: str) -> np.ndarray:
             bad = low if low < -info.index_limit else high
             raise DataError(f"{source}: input '{name}' holds id {bad}, outside the table it indexes "
                             f"({info.index_limit} rows: ids {-info.index_limit} to {info.index_limit - 1})")
-    if info.attention_mask in ("padding", "causal") and fitted.size:
+    if info.attention_mask and fitted.size:
         _check_attention_mask(fitted, info, source)
     return fitted
 
 
 def _check_attention_mask(mask: np.ndarray, info: ValueInfo, source: str) -> None:
-    """Every query attends to some position: a row of zeros (or, causal, a masked first position) would leave
-    a softmax row with nothing to normalize, which the int8 code and the model define differently."""
+    """0 (masked) and 1 (attend) only, the values the mask's ops were probed with (passes/input_mask.py); and,
+    padding or causal, every query attends to some position: a row of zeros (or, causal, a masked first
+    position) would leave a softmax row with nothing to normalize, which the int8 code and the model define
+    differently."""
+    other = mask[(mask != 0) & (mask != 1)]
+    if other.size:
+        raise DataError(f"{source}: attention mask '{info.name}' holds {int(other[0])}; a mask holds 0 (masked) "
+                        f"and 1 (attend)")
+    if info.attention_mask == "query_key":
+        return
     empty = ~(mask != 0).any(axis=-1) if info.attention_mask == "padding" else mask[..., 0] == 0
     if empty.any():
         sample = int(np.argwhere(empty)[0][0])

@@ -136,6 +136,9 @@ def test_data_whose_mask_leaves_a_query_nothing_is_refused(tmp_path):
     np.savez(path, ids=np.zeros((1, 1, S), np.int64), mask=np.array([[[0] + [1] * (S - 1)]], np.int64))
     with pytest.raises(o2g.O2GError, match="masks its first position"):
         o2g.compile(transformers5_style(causal=True), calib=str(path))
+    np.savez(path, ids=np.zeros((1, 1, S), np.int64), mask=np.array([[[1, 1, 2, 0, 0, 0]]], np.int64))
+    with pytest.raises(o2g.O2GError, match="holds 2; a mask holds 0 \\(masked\\) and 1 \\(attend\\)"):
+        o2g.compile(deberta_style(), calib=str(path))  # query_key: padded rows are fine, other values are not
 
 
 def test_a_padded_query_attends_uniformly_as_in_the_float_model():

@@ -82,6 +82,12 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
     return changes
 
 
+def is_mask_input(graph: Graph, info) -> bool:
+    """An integer model input that no lookup reads: a mask of 0 and 1 (the probes' values; data.py holds the
+    data to them), never token ids, whose other values a mask's ops would not treat as 0 or 1."""
+    return graph.is_index(info.name) and info.index_limit is None
+
+
 def _mask_rows(graph: Graph) -> list[str]:
     """Mul(x, m) with m computed from a mask input and equal, on every probe, to mask[b, s] != 0 over x's
     [batch, positions, ...] rows (DeBERTa zeroes the embeddings of padded positions): a MaskRows node
@@ -97,7 +103,7 @@ def _mask_rows(graph: Graph) -> list[str]:
             nodes, leaves = ancestors(graph, m)
             mask = next(iter(leaves)) if len(leaves) == 1 else None
             info = next((vi for vi in graph.inputs if vi.name == mask), None)
-            if info is None or not graph.is_index(mask) or tuple(info.shape) != tuple(x_shape[:2]) \
+            if info is None or not is_mask_input(graph, info) or tuple(info.shape) != tuple(x_shape[:2]) \
                     or len(nodes) > MAX_NODES or any(n.op_type in LAYER_OPS for n in nodes):
                 continue
             try:
@@ -194,7 +200,7 @@ def _form(graph: Graph, bias: str, x_shape: tuple[int, ...], axis: int, selects:
         return None
     mask = next(iter(leaves))
     info = next((vi for vi in graph.inputs if vi.name == mask), None)
-    if info is None or not graph.is_index(mask) or len(info.shape) != 2 or info.shape[0] != x_shape[0] \
+    if info is None or not is_mask_input(graph, info) or len(info.shape) != 2 or info.shape[0] != x_shape[0] \
             or info.shape[1] != x_shape[-1]:
         return None
     try:
