@@ -18,7 +18,7 @@ import numpy as np
 from ..config import GemminiConfig
 from ..graph import Graph
 from ..kernels import padding_positions
-from .input_mask import LAYER_OPS, MAX_NODES, ancestors, drop_dead, probe_session
+from .probe import LAYER_OPS, MAX_NODES, ancestors, drop_dead, probe_session
 
 PROBES = 6
 

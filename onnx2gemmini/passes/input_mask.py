@@ -15,23 +15,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from ..config import GemminiConfig
-from ..graph import Graph, Node, topological
+from ..graph import Graph, Node
 from ..kernels import MASK_FORMS, attention_keep
 from .fuse_mask import MASKED_BELOW
+from .probe import LAYER_OPS, MAX_NODES, ancestors, drop_dead, probe_session
 
 # What an attention mask's data must allow, least strict first (data.py refuses a row a form leaves empty).
 STRICTNESS = ("query_key", "padding", "causal")
 RANDOM_PROBES = 4
-# A mask's bias is a few element-wise and shape ops: a longer subgraph, or one with a layer in it (the scores
-# themselves, computed from token ids), is not probed.
-MAX_NODES = 32
-LAYER_OPS = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization"}
-
-
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = _drop_nan_guards(graph)
     forms: dict[str, tuple | None] = {}  # bias tensor -> (mask input, form, kept value or None), found once
@@ -145,35 +138,6 @@ def _drop_nan_guards(graph: Graph) -> list[str]:
     return changes
 
 
-def drop_dead(graph: Graph) -> None:
-    """Nodes nothing reads any more (the mask subgraphs)."""
-    while True:
-        dead = [n for n in graph.nodes if not any(graph.consumers(o) or graph.is_graph_output(o)
-                                                  for o in n.outputs if o)]
-        if not dead:
-            return
-        for n in dead:
-            graph.nodes.remove(n)
-
-
-def ancestors(graph: Graph, tensor: str) -> tuple[list[Node], set[str]]:
-    """The nodes `tensor` is computed by, and the non-constant tensors they start from."""
-    nodes, leaves, frontier, seen = [], set(), [tensor], set()
-    while frontier:
-        t = frontier.pop()
-        if t in seen or not t or t in graph.initializers:
-            continue
-        seen.add(t)
-        producer = graph.producer(t)
-        if producer is None:
-            leaves.add(t)
-            continue
-        if producer not in nodes:
-            nodes.append(producer)
-            frontier.extend(producer.inputs)
-    return nodes, leaves
-
-
 def _selected(graph: Graph, where: Node, x_shape: tuple[int, ...], axis: int) -> tuple | None:
     """(scores, mask input, form) of Where(c, fill, scores) or Where(c, scores, fill) with a constant fill of at
     most MASKED_BELOW and c computed from a mask input (DeBERTa's masked_fill); None for anything else."""
@@ -244,19 +208,3 @@ def _probes(shape: tuple[int, int], dtype: np.dtype):
         m = rng.integers(0, 2, shape).astype(dtype)
         m[:, rng.integers(0, keys)] = 1
         yield m
-
-
-def probe_session(graph: Graph, nodes: list[Node], info, bias: str):
-    from ..ort_session import session  # onnxruntime only when a mask subgraph is there
-    order = topological(nodes, [info.name] + list(graph.initializers))
-    used = {i for n in order for i in n.inputs if i in graph.initializers}
-    protos = [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain or None,
-                               **{k: v for k, v in n.attrs.items() if not isinstance(v, np.ndarray)})
-              for n in order]
-    g = helper.make_graph(protos, "mask", [helper.make_tensor_value_info(
-        info.name, helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype)), info.shape)],
-        [helper.make_empty_tensor_value_info(bias)],
-        [numpy_helper.from_array(np.asarray(graph.initializers[i]), i) for i in sorted(used)])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", graph.opset)])
-    model.ir_version = min(model.ir_version, 9)
-    return session(model)
