@@ -83,9 +83,15 @@ def _random_ids(rng: np.random.Generator, info: ValueInfo, num_samples: int) -> 
     after a random length of at least one position."""
     shape = (num_samples,) + tuple(info.shape)
     if info.attention_mask:
-        lengths = rng.integers(1, shape[-1] + 1, shape[:-1])
-        return (np.arange(shape[-1]) < lengths[..., None]).astype(info.dtype)
+        return padding_masks(rng, shape, info.dtype)
     return rng.integers(0, info.index_limit or 1, shape).astype(info.dtype)
+
+
+def padding_masks(rng: np.random.Generator, shape, dtype, shortest: int = 1) -> np.ndarray:
+    """Attention masks as a tokenizer pads: along the last axis, ones for a random length of at least
+    `shortest`, then zeros."""
+    lengths = rng.integers(shortest, shape[-1] + 1, tuple(shape[:-1]))
+    return (np.arange(shape[-1]) < lengths[..., None]).astype(dtype)
 
 
 def _shape_text(info: ValueInfo) -> str:

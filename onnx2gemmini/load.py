@@ -297,12 +297,11 @@ def _softmax_mask(model: onnx.ModelProto, name: str, values: np.ndarray) -> bool
         if tensor in outputs or not readers:
             return False
         for node in readers:
-            after = consumers.get(node.output[0], [])
-            if node.op_type in ("Add", "Where") and len(after) == 1 and after[0].op_type == "Softmax" \
-                    and not (node.op_type == "Where" and node.input[0] == tensor):
-                continue
             if node.op_type not in MASK_PATH_OPS or (node.op_type == "Where" and node.input[0] == tensor):
-                return False
+                return False  # not a move or selection of the values (a Where's condition is not a value)
+            after = consumers.get(node.output[0], [])
+            if node.op_type in ("Add", "Where") and len(after) == 1 and after[0].op_type == "Softmax":
+                continue
             if node.output[0] not in seen:
                 seen.add(node.output[0])
                 frontier.append(node.output[0])

@@ -11,6 +11,7 @@ from .config import GemminiConfig
 from .emit.names import unique_identifiers
 from .errors import UnsupportedError
 from .graph import Graph, NodeView, topological
+from .load import INFINITE_OK
 from .ops import keep_float
 from .ops.context import LowerContext
 from .ops.registry import lookup
@@ -27,11 +28,19 @@ def preflight(graph: Graph, ctx=None) -> None:
     """One error naming every node that cannot be converted (unknown ops with counts, and reasons)."""
     missing: dict[str, list[str]] = {}
     refused: list[str] = []
+    infinite = {name for name, value in graph.initializers.items()
+                if value.dtype.kind == "f" and not np.isfinite(value).all()}
     for node in graph.nodes:
         ids = [i for i in node.inputs if i and graph.is_index(i)]
         if ids and node.op_type not in INDEX_READERS:
-            refused.append(f"{node.name} ({node.op_type}: reads the integer input '{ids[0]}'; only an embedding "
-                           f"lookup, Gather of a constant table, reads integer inputs)")
+            refused.append(f"{node.name} ({node.op_type}: reads the integer input '{ids[0]}'; integer inputs are "
+                           f"read only by embedding lookups (Gather of a constant table) and by the attention "
+                           f"masks the rewrite recognizes)")
+            continue
+        unfused = [i for k, i in enumerate(node.inputs) if i in infinite and (node.op_type, k) not in INFINITE_OK]
+        if unfused:  # load.py let it through as an attention mask, and no mask fusion took it
+            refused.append(f"{node.name} ({node.op_type}: reads the infinite constant '{unfused[0]}', which no "
+                           f"attention-mask fusion took)")
             continue
         handler = lookup(node.op_type, graph.opset, node.domain)
         if handler is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 import zoo
+from onnx2gemmini.data import padding_masks
 
 SEQ = 16          # tokens per text sample
 VOCAB = 1000
@@ -112,8 +113,7 @@ def inputs(model: Model, samples: int, seed: int) -> dict[str, np.ndarray]:
     if model.reads.startswith("text"):
         data = {"input_ids": rng.integers(0, VOCAB, (samples, 1, SEQ)).astype(np.int64)}
         if model.reads == "text+mask":
-            lengths = rng.integers(SEQ // 4, SEQ + 1, (samples, 1, 1))
-            data["attention_mask"] = (np.arange(SEQ) < lengths).astype(np.int64)
+            data["attention_mask"] = padding_masks(rng, (samples, 1, SEQ), np.int64, shortest=SEQ // 4)
         return data
     if model.reads == "image":
         side = model.overrides.get("image_size", IMAGE)

@@ -6,7 +6,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx2gemmini as o2g
-from onnx2gemmini.data import Dataset
+from onnx2gemmini.data import Dataset, padding_masks
 from onnx2gemmini.compare import run_diff
 
 OPSET = 17
@@ -62,8 +62,7 @@ def random_dataset(model: onnx.ModelProto, samples=4, seed=0, low=-1.0, high=1.0
         if rows:  # token ids: uniform over the rows of the tables they index
             arrays[vi.name] = r.integers(0, rows, [samples] + shape).astype(dtype)
         elif dtype.kind in "iu":  # an attention mask: each sequence padded after a random length (at least 1)
-            lengths = r.integers(1, shape[-1] + 1, [samples] + shape[:-1])
-            arrays[vi.name] = (np.arange(shape[-1]) < lengths[..., None]).astype(dtype)
+            arrays[vi.name] = padding_masks(r, [samples] + shape, dtype)
         else:
             arrays[vi.name] = r.uniform(low, high, size=[samples] + shape).astype(np.float32)
     return Dataset(arrays, None, "test")

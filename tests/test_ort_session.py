@@ -191,3 +191,23 @@ def test_bundled_diff_passes_on_a_cpu_without_vnni():
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "int8 vs onnxruntime QDQ: 0 mismatches in 240 values, max 0 LSB" in run.stdout
     assert run.stdout.rstrip().endswith("PASSED")
+
+
+@needs_qemu
+@pytest.mark.parametrize("build", ["deberta_style", "transformers5_style_causal"])
+def test_masked_transformer_diff_passes_on_a_cpu_without_vnni(build, tmp_path):
+    """Token ids, attention masks fused into the softmaxes (query-and-key, causal) and DeBERTa's row mask: the
+    golden's float softmax runs onnxruntime's AVX2 kernels there, and `diff` still passes with the exact
+    layers exact."""
+    import numpy as np
+    import onnx
+    from tests.helpers import random_dataset
+    from tests.test_input_mask import deberta_style, transformers5_style
+    model = deberta_style() if build == "deberta_style" else transformers5_style(causal=True)
+    onnx.save(model, tmp_path / "m.onnx")
+    for split, seed in (("calib", 0), ("data", 1)):
+        np.savez(tmp_path / f"{split}.npz", **random_dataset(model, 4, seed).inputs)
+    run = on_cpu_without_vnni("-m", "onnx2gemmini.cli", "diff", str(tmp_path / "m.onnx"), "--calib",
+                              str(tmp_path / "calib.npz"), "--data", str(tmp_path / "data.npz"), "--workers", "1")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.rstrip().endswith("PASSED")

@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
 from tests.doc_blocks import REPO, assert_output_matches, blocks, expected_lines, run_page, tool_path

@@ -236,7 +236,7 @@ class CProgram:
             f"extern const size_t {p}_output_sizes[{P}_NUM_OUTPUTS]; /* values */",
             f"extern const size_t {p}_output_elem_bytes[{P}_NUM_OUTPUTS]; /* 1: int8, 4: float32 */",
             f"extern const float {p}_output_scales[{P}_NUM_OUTPUTS];",
-            f"/* An output that joins ranges keeps one scale per index along one axis (ONNX layout): then",
+            "/* An output that joins ranges keeps one scale per index along one axis (ONNX layout): then",
             f"   {p}_output_scale_axis[i] >= 0, value j along it has scale {p}_output_axis_scales[i][j], and",
             f"   {p}_output_scales[i] is the largest; otherwise the axis is -1 and the pointer 0. */",
             f"extern const int {p}_output_scale_axis[{P}_NUM_OUTPUTS];",

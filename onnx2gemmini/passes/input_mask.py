@@ -25,6 +25,8 @@ from .probe import LAYER_OPS, MAX_NODES, ancestors, drop_dead, probe_session
 # What an attention mask's data must allow, least strict first (data.py refuses a row a form leaves empty).
 STRICTNESS = ("query_key", "padding", "causal")
 RANDOM_PROBES = 4
+
+
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
     changes = _drop_nan_guards(graph)
     forms: dict[str, tuple | None] = {}  # bias tensor -> (mask input, form, kept value or None), found once
@@ -64,15 +66,16 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
                 changes.append(f"{add.name} (Add of a {form} mask from '{mask}'"
                                f"{'' if kept is None else ' over a constant bias'}) fused into {node.name}")
                 break
-    changes += _mask_rows(graph)
-    if fused or any(n.op_type == "MaskRows" for n in graph.nodes):
+    rows = _mask_rows(graph)
+    if fused or rows:
         drop_dead(graph)
-        forms = {}
-        for n in fused:  # the strictest form each input is used with: what its data must allow
-            name, form = n.fused.input_mask
-            forms[name] = max(forms.get(name, form), form, key=STRICTNESS.index)
-        graph.inputs = [replace(vi, attention_mask=forms[vi.name]) if vi.name in forms else vi for vi in graph.inputs]
-    return changes
+    strictest: dict[str, str] = {}
+    for n in fused:  # the strictest form each input is used with: what its data must allow
+        name, form = n.fused.input_mask
+        strictest[name] = max(strictest.get(name, form), form, key=STRICTNESS.index)
+    graph.inputs = [replace(vi, attention_mask=strictest[vi.name]) if vi.name in strictest else vi
+                    for vi in graph.inputs]
+    return changes + rows
 
 
 def is_mask_input(graph: Graph, info) -> bool:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu import Embedding, InputMaskedSoftmax, Quantize
+from ..cpu import Embedding, InputMaskedSoftmax, MaskRows, Quantize
+from ..data import padding_masks
 from ..plan import CpuOp, Plan
 from .emulator import Emulator
 
@@ -24,8 +25,8 @@ def index_limit(plan: Plan, tid: str) -> int:
 
 
 def masks(plan: Plan, tid: str) -> bool:
-    """Whether an integer input is an attention mask (read by a masked softmax)."""
-    return any(isinstance(s, CpuOp) and isinstance(s.params, InputMaskedSoftmax) and s.inputs[1] == tid
+    """Whether an integer input is an attention mask (read by a masked softmax or a row mask)."""
+    return any(isinstance(s, CpuOp) and isinstance(s.params, (InputMaskedSoftmax, MaskRows)) and s.inputs[1] == tid
                for s in plan.steps)
 
 
@@ -37,8 +38,7 @@ def default_sample(plan: Plan, seed: int = 0) -> dict[str, np.ndarray]:
     for tid in plan.inputs:
         t = plan.tensors[tid]
         if t.dtype != "float32" and masks(plan, tid):  # each sequence padded after at least one position
-            lengths = rng.integers(1, t.shape[-1] + 1, t.shape[:-1])
-            sample[t.onnx_name] = (np.arange(t.shape[-1]) < lengths[..., None]).astype(t.dtype)
+            sample[t.onnx_name] = padding_masks(rng, t.shape, t.dtype)
             continue
         if t.dtype != "float32":
             sample[t.onnx_name] = rng.integers(0, index_limit(plan, tid), t.shape).astype(t.dtype)

@@ -116,3 +116,14 @@ def test_a_computed_table_indexed_by_ids_is_refused():
     model = infer_outputs(nodes, {"x": [6, 3], "ids": [2]}, input_types={"ids": TensorProto.INT64})
     with pytest.raises(o2g.O2GError, match="only constant tables"):
         o2g.compile(model)
+
+
+def test_a_4d_embedding_lookup_is_refused():
+    """A rank-4 output would read as an NHWC activation downstream; refused rather than mislaid (the same table
+    read by 2-D ids compiles: negative control)."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["y"], name="lookup")]
+    table = {"table": rng(0).normal(0, 1, (10, 4)).astype(np.float32)}
+    model = infer_outputs(nodes, {"ids": [1, 2, 3]}, table, input_types={"ids": TensorProto.INT64})
+    with pytest.raises(o2g.O2GError, match="a 4-D embedding lookup"):
+        o2g.compile(model)
+    o2g.compile(infer_outputs(nodes, {"ids": [2, 3]}, table, input_types={"ids": TensorProto.INT64}))

@@ -98,3 +98,18 @@ def test_batch_pairs_follow_numpy_broadcasting():
     a, b = np.arange(6).reshape(2, 3, 1, 1), np.arange(2).reshape(2, 1, 1, 1) * 100
     expected = (a + b).reshape(-1)
     assert [ia + 100 * ib for ia, ib in batch_pairs((2, 3), (2, 1))] == expected.tolist()
+
+
+def test_a_constant_column_times_a_row_is_a_broadcast_mul():
+    """passes/outer_product.py: MatMul(C [.., M, 1], x [.., 1, N]) (attention over one key, folded) compiles as
+    a Mul, exact against onnxruntime; with two terms per output (K = 2) the constant left operand is still
+    refused (negative control)."""
+    import onnx2gemmini as o2g
+    c = rng(4).normal(0, 1, (1, 2, 3, 1)).astype(np.float32)
+    model = infer_outputs([helper.make_node("MatMul", ["c", "x"], ["y"], name="outer")], {"x": [1, 2, 1, 5]}, {"c": c})
+    compiled, _ = assert_matches_ort(model)
+    assert [n.op_type for n in compiled.graph.nodes] == ["Mul"]
+    wide = infer_outputs([helper.make_node("MatMul", ["c", "x"], ["y"], name="outer")], {"x": [1, 2, 2, 5]},
+                         {"c": np.concatenate([c, c], axis=-1)})
+    with pytest.raises(o2g.O2GError, match="constant left operand"):
+        o2g.compile(wide)

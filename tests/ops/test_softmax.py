@@ -1,9 +1,11 @@
 """Softmax: a float kernel on the CPU, within 1 LSB of onnxruntime; with a constant attention mask fused in."""
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
 import onnx2gemmini as o2g
+from onnx2gemmini.data import Dataset
 from onnx2gemmini.run.emulator import Emulator
 from tests.helpers import assert_matches_ort, infer_outputs, rng
 
@@ -73,3 +75,26 @@ def test_infinite_constants_elsewhere_are_still_refused():
     model.graph.node[2].ClearField("attribute")
     with pytest.raises(o2g.O2GError, match="contains infinite values"):
         o2g.compile(model)
+
+
+def test_an_infinite_mask_no_fusion_took_is_refused_before_quantization():
+    """load.py lets -inf through on its way to a Softmax; the pre-flight refuses it where no mask fusion took it
+    (here: the passes are not run), and passes it once fuse_mask has (negative control)."""
+    from onnx2gemmini.config import load_config
+    from onnx2gemmini.graph import from_onnx
+    from onnx2gemmini.passes import fuse_mask
+    from onnx2gemmini.planner import preflight
+    graph = from_onnx(onnx.shape_inference.infer_shapes(masked_model("add")))
+    with pytest.raises(o2g.O2GError, match="reads the infinite constant 'M', which no attention-mask fusion took"):
+        preflight(graph)
+    assert fuse_mask.run(graph, load_config(None))
+    preflight(graph)
+
+
+def test_scores_too_wide_for_an_exact_mask_are_refused():
+    """255 * scale at or above 10000 - 104: exp(masked - max) would not be exactly 0 in the float model."""
+    model = masked_model("add", fill=-10000.0)
+    data = Dataset({"x": rng(2).uniform(-1, 1, (4, 1, 2, S, S)).astype(np.float32) * 2000}, None, "t")
+    with pytest.raises(o2g.O2GError, match="too wide for its attention mask to mask exactly"):
+        o2g.compile(model, calib=data)
+    o2g.compile(model, calib=Dataset({"x": data.inputs["x"] / 2000}, None, "t"))  # the same model, usual scores

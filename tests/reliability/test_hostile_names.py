@@ -116,19 +116,23 @@ def test_hostile_names_through_every_emitter(tmp_path_factory, node_a, node_b, t
 @example(*PAYLOADS[:5])
 def test_hostile_names_in_mlir(node_a, node_b, tensor_in, tensor_out, graph):
     pytest.importorskip("torch_mlir", reason="the MLIR parser comes with the test extra")
+    model = renamed(node_a, node_b, tensor_in, tensor_out, graph)
+    check_mlir(o2g.compile(model, calib=random_dataset(model)).plan, "onnx2gemmini " + graph)
+
+
+def check_mlir(plan, command: str) -> None:
+    """model.mlir parses, ASCII only; OUT/mlir/'s self-test tables, data and Makefile hold no payload code, its
+    model_checked.mlir parses and o2g_mlir_selftest.c compiles with them under -Werror."""
     from onnx2gemmini.emit.mlir import emit_mlir
     from onnx2gemmini.emit.mlir_program import RUNTIME_FILES as MLIR_RUNTIME_FILES, mlir_program_files
     from onnx2gemmini.slices import densify
     from tests.emit.mlir_interp import parse
 
-    model = renamed(node_a, node_b, tensor_in, tensor_out, graph)
-    plan = o2g.compile(model, calib=random_dataset(model)).plan
-    text = emit_mlir(plan, "onnx2gemmini " + graph)
+    text = emit_mlir(plan, command)
     assert text.isascii()
     parse(text)
-    # OUT/mlir/: the self-test's tables, data and Makefile, and the module with its step checks
     sample, expected = selftest_case(densify(plan))
-    files = mlir_program_files(plan, sample, expected, "onnx2gemmini " + graph)
+    files = mlir_program_files(plan, sample, expected, command)
     check_generated_text({k: v for k, v in files.items() if k not in MLIR_RUNTIME_FILES})
     parse(files["model_checked.mlir"].decode("ascii"))
     if shutil.which(CC):
@@ -212,6 +216,29 @@ def test_hostile_names_through_sorted_channels(tmp_path):
         t.name = rename[t.name]
     compiled = o2g.compile(model, calib=random_dataset(model))
     assert compiled.graph.channel_groups == {model.graph.node[0].name: compiled.config.dim}
+    check_everywhere(compiled, tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which(CC) is None, reason="needs make and a C compiler")
+def test_hostile_names_through_integer_inputs(tmp_path):
+    """A token-id input and an attention-mask input named after the payloads, with the masks fused into the
+    softmax and the embeddings' MaskRows: their names reach C (input tables, INPUT.bin's messages), the MLIR
+    and report.md only escaped."""
+    from tests.test_input_mask import deberta_style
+    model = deberta_style()
+    rename = {"ids": PAYLOADS[0], "mask": PAYLOADS[1]}
+    for node in model.graph.node:
+        node.input[:] = [rename.get(t, t) for t in node.input]
+    for vi in model.graph.input:
+        vi.name = rename.get(vi.name, vi.name)
+    compiled = o2g.compile(model, calib=random_dataset(model))
+    assert {s.params.op for s in compiled.plan.steps if hasattr(s, "params")} >= {"embedding", "mask_rows",
+                                                                                   "softmax_input_mask"}
+    check_everywhere(compiled, tmp_path)
+
+
+def check_everywhere(compiled, tmp_path) -> None:
+    """C (built with -Werror, self-test PASS (exact), no payload ran), report.md's table and the MLIR."""
     plan = compiled.plan
     sample, expected = selftest_case(plan)
     files = c_files(plan, sample, expected, compiled.command)
@@ -226,10 +253,4 @@ def test_hostile_names_through_sorted_channels(tmp_path):
     assert not (c_dir / "PWNED").exists()
     assert_table_intact(report_markdown(build_report(compiled, compiled.timing)), len(plan.steps))
     pytest.importorskip("torch_mlir", reason="the MLIR parser comes with the test extra")
-    from onnx2gemmini.emit.mlir import emit_mlir
-    from onnx2gemmini.emit.mlir_program import RUNTIME_FILES as MLIR_RUNTIME_FILES, mlir_program_files
-    from onnx2gemmini.slices import densify
-    from tests.emit.mlir_interp import parse
-    text = emit_mlir(plan, "onnx2gemmini")
-    assert text.isascii()
-    parse(text)
+    check_mlir(plan, "onnx2gemmini")
