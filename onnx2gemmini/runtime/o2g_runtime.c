@@ -1274,9 +1274,11 @@ void o2g_softmax_masked(const int8_t *x, const int8_t *keep, int8_t *y, size_t o
         }
 }
 
-O2G_INLINE int o2g_mask_at(const void *mask, int index_bytes, size_t i)
+/* Value i of an integer model input (token ids, an attention mask): int64_t when index_bytes is 8, else
+ * int32_t. */
+O2G_INLINE int64_t o2g_id_at(const void *ids, int index_bytes, size_t i)
 {
-    return index_bytes == 8 ? ((const int64_t *)mask)[i] != 0 : ((const int32_t *)mask)[i] != 0;
+    return index_bytes == 8 ? ((const int64_t *)ids)[i] : (int64_t)((const int32_t *)ids)[i];
 }
 
 /* Softmax of attention scores [rows][keys] masked by an integer model input [batch][keys] (int64_t or int32_t
@@ -1292,9 +1294,9 @@ void o2g_softmax_input_mask(const int8_t *x, const void *mask, int8_t *y, size_t
     size_t r, k;
     for (r = 0; r < rows; r++) {
         const size_t b = r / batch_rows, last = r % queries + (keys - queries);
-        const int query = form != O2G_MASK_QUERY_KEY || o2g_mask_at(mask, index_bytes, b * keys + last);
+        const int query = form != O2G_MASK_QUERY_KEY || o2g_id_at(mask, index_bytes, b * keys + last) != 0;
         for (k = 0; k < keys; k++)
-            keep[k] = query && o2g_mask_at(mask, index_bytes, b * keys + k) && (form != O2G_MASK_CAUSAL || k <= last);
+            keep[k] = query && o2g_id_at(mask, index_bytes, b * keys + k) != 0 && (form != O2G_MASK_CAUSAL || k <= last);
         o2g_softmax_kept_row(x + r * keys, keep, y + r * keys, keys, 1, e, rows * keys < 256 ? 0 : exps, &filled,
                              in_scale, out_scale);
     }
@@ -1308,7 +1310,7 @@ void o2g_embedding(const void *ids, const int8_t *table, int8_t *y, int index_by
     size_t o, k;
     for (o = 0; o < outer; o++, table += rows * inner)
         for (k = 0; k < count; k++, y += inner) {
-            int64_t id = index_bytes == 8 ? ((const int64_t *)ids)[k] : (int64_t)((const int32_t *)ids)[k];
+            int64_t id = o2g_id_at(ids, index_bytes, k);
             if (id < 0)
                 id += (int64_t)rows;
             if (id < 0)
@@ -1323,7 +1325,7 @@ void o2g_mask_rows(const int8_t *x, const void *mask, int8_t *y, int index_bytes
 {
     size_t r;
     for (r = 0; r < rows; r++, x += row_len, y += row_len) {
-        const int keep = index_bytes == 8 ? ((const int64_t *)mask)[r] != 0 : ((const int32_t *)mask)[r] != 0;
+        const int keep = o2g_id_at(mask, index_bytes, r) != 0;
         if (keep)
             o2g_copy(y, x, row_len);
         else
@@ -1337,7 +1339,7 @@ void o2g_position_embedding(const void *ids, const int8_t *table, int8_t *y, int
     int64_t seen = 0, position;
     size_t k;
     for (k = 0; k < count; k++, y += inner) {
-        const int64_t id = index_bytes == 8 ? ((const int64_t *)ids)[k] : (int64_t)((const int32_t *)ids)[k];
+        const int64_t id = o2g_id_at(ids, index_bytes, k);
         if (k % seq == 0)
             seen = 0;
         position = id == pad ? pad : pad + ++seen;
