@@ -16,6 +16,7 @@ import onnx
 import onnxruntime as ort
 from onnx.utils import Extractor
 
+from . import limits
 from .ort_session import probe, run, session
 from .compiler import Compiled
 from .data import Dataset
@@ -29,6 +30,7 @@ from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_e
 from .parallel import map_ordered
 from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
+from .segments import Pieces, Taker
 from .tolerance import EXACT, Tolerance
 
 
@@ -177,15 +179,15 @@ class _Checker:
     of the rewritten graph, the QDQ golden, one QDQ sub-model per layer) and the emulator. `__call__` compares
     one sample."""
 
-    def __init__(self, compiled: Compiled):
+    def __init__(self, compiled: Compiled, budget: int):
         plan, graph, quant = compiled.plan, compiled.graph, compiled.quant
         self.plan, self.graph, self.quant = plan, graph, quant
         self.layers = _layers(compiled)
         qdq = build_qdq(graph, quant, plan.model_name)
         self.output_names = [o.name for o in graph.outputs]
         self.original = _Original(compiled.loaded.original, self.output_names)
-        self.fp32_names = self.output_names + [l.tensor for l in self.layers]
-        self.fp32 = session(build_float(graph), [l.tensor for l in self.layers])
+        self.fp32 = Pieces(build_float(graph), [l.tensor for l in self.layers] + self.output_names,
+                           budget)
         self.golden = session(qdq)
         extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
         self.sub_sessions = []
@@ -198,6 +200,19 @@ class _Checker:
         self.emulator = Emulator(plan)
         self.holders = _holders(plan)
         self.units = float_units(plan)
+        # Each layer is compared once its value is complete, while the values it reads are still held: the
+        # emulator then drops what no later step or comparison needs (a large model holds what is live).
+        self.fires: dict[int, list[int]] = {}
+        self.hold: dict[str, int] = {}
+        for n, layer in enumerate(self.layers):
+            at = max(0, self.emulator.completed_at(self.holders[layer.tensor]))
+            self.fires.setdefault(at, []).append(n)
+            read = [layer.tensor] + [t for t in layer.inputs if not graph.is_index(t)]
+            if layer.resadd is not None:
+                read += [plan.tensors[t].onnx_name for t in (layer.resadd.A, layer.resadd.B)]
+            for name in read:
+                tid = self.holders[name]
+                self.hold[tid] = max(self.hold.get(tid, -1), at)
 
     def stored_value(self, buffers, onnx_name: str) -> np.ndarray:
         """The emulator's value of an ONNX tensor in ONNX layout: int8 (int32 accumulators, or float32 for an
@@ -218,15 +233,26 @@ class _Checker:
         """One sample: per output the fp32 and int8 values and the mismatch counts against the QDQ golden;
         per layer the mismatch counts against its QDQ sub-model and the float64 sums its SQNR and cosine
         come from (signal, noise, dot product, int8 power)."""
-        plan, quant = self.plan, self.quant
-        buffers = self.emulator.run(sample, keep=True)
-        ref_values = dict(zip(self.fp32_names, run(self.fp32, self.fp32_names, sample)))
+        plan = self.plan
+        fp32 = Taker(self.fp32, sample)
+        rows: list = [None] * len(self.layers)
+        refs: dict[str, np.ndarray] = {}
+
+        def visit(k: int, buffers) -> None:
+            for n in self.fires.get(k, ()):
+                layer = self.layers[n]
+                refs[layer.tensor] = fp32.take(layer.tensor)
+                rows[n] = self.layer_row(buffers, layer, self.sub_sessions[n], sample, refs[layer.tensor])
+                if layer.tensor not in self.output_names:
+                    del refs[layer.tensor]
+
+        produced = self.emulator.run(sample, visit=visit, hold=self.hold)
         gold = dict(zip(self.output_names, run(self.golden, self.output_names, sample)))
         original = self.original.run(sample)
         outputs = {}
         for name, tid in zip(self.output_names, plan.outputs):
             t = plan.tensors[tid]
-            q = self.emulator.get(buffers, tid)
+            q = produced[tid]
             if t.dtype == "float32":
                 diff = float_distance(q, gold[name], self.units[tid])
             else:
@@ -234,44 +260,50 @@ class _Checker:
                 diff = np.abs(q - quantize(gold[name], t.scales()).astype(np.int32))
             outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(diff)),
                              "max_lsb": int(np.max(diff)) if q.size else 0,
-                             "fp32": ref_values[name], "int8": t.dequantize(q), "original": original.get(name)}
-        layers = []
-        for layer, (sess, feeds) in zip(self.layers, self.sub_sessions):
-            holder = self.plan.tensors[self.holders[layer.tensor]]
-            ours = self.stored_value(buffers, layer.tensor)
-            feed = {}
-            for src, name in zip(layer.inputs, feeds):
-                if self.graph.is_index(src):  # token ids: fed as they are
-                    feed[name] = sample[src]
-                    continue
-                q = self.stored_value(buffers, src)
-                feed[name] = q if q.dtype == np.float32 else q.astype(np.float32) * quant.value_scales(src, q.ndim)
-            gold_layer = run(sess, [layer.tensor], feed)[0]
-            if holder.dtype == "float32":  # a float32 model output (or its activation)
-                diff = float_distance(ours, gold_layer, self.units[holder.id])
-                mine = ours.astype(np.float64).ravel()
-            else:
-                ours = ours.astype(np.int32)
-                scale = quant.value_scales(layer.tensor, ours.ndim)
-                to_int = quantize_accumulator if holder.dtype == "int32" else quantize  # a full_C matmul's
-                diff = np.abs(ours - to_int(gold_layer, scale).astype(np.int32))
-                mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()
-            explained = self.explained(buffers, layer, diff) if layer.resadd is not None else 0
-            ref = np.asarray(ref_values[layer.tensor], np.float64).ravel()
-            layers.append((int(diff.max()) if diff.size else 0, int(np.count_nonzero(diff)), diff.size, explained,
-                           float(np.dot(ref, ref)), float(np.dot(ref - mine, ref - mine)), float(np.dot(ref, mine)),
-                           float(np.dot(mine, mine))))
-        return {"outputs": outputs, "layers": layers}
+                             "fp32": refs[name] if name in refs else fp32.take(name), "int8": t.dequantize(q),
+                             "original": original.get(name)}
+        return {"outputs": outputs, "layers": rows}
+
+    def layer_row(self, buffers, layer: _Layer, sub, sample: dict[str, np.ndarray], ref: np.ndarray) -> tuple:
+        """One layer on one sample: (largest LSB difference, mismatches, compared, explained, the float64 sums)."""
+        quant = self.quant
+        sess, feeds = sub
+        holder = self.plan.tensors[self.holders[layer.tensor]]
+        ours = self.stored_value(buffers, layer.tensor)
+        feed = {}
+        for src, name in zip(layer.inputs, feeds):
+            if self.graph.is_index(src):  # token ids: fed as they are
+                feed[name] = sample[src]
+                continue
+            q = self.stored_value(buffers, src)
+            feed[name] = q if q.dtype == np.float32 else q.astype(np.float32) * quant.value_scales(src, q.ndim)
+        gold_layer = run(sess, [layer.tensor], feed)[0]
+        if holder.dtype == "float32":  # a float32 model output (or its activation)
+            diff = float_distance(ours, gold_layer, self.units[holder.id])
+            mine = ours.astype(np.float64).ravel()
+        else:
+            ours = ours.astype(np.int32)
+            scale = quant.value_scales(layer.tensor, ours.ndim)
+            to_int = quantize_accumulator if holder.dtype == "int32" else quantize  # a full_C matmul's
+            diff = np.abs(ours - to_int(gold_layer, scale).astype(np.int32))
+            mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()
+        explained = self.explained(buffers, layer, diff) if layer.resadd is not None else 0
+        ref = np.asarray(ref, np.float64).ravel()
+        return (int(diff.max()) if diff.size else 0, int(np.count_nonzero(diff)), diff.size, explained,
+                float(np.dot(ref, ref)), float(np.dot(ref - mine, ref - mine)), float(np.dot(ref, mine)),
+                float(np.dot(mine, mine)))
 
 
-def _checker(compiled: Compiled) -> _Checker:
+def _checker(payload: tuple) -> _Checker:
     """parallel.map_ordered's setup: one checker per worker."""
-    return _Checker(compiled)
+    return _Checker(*payload)
 
 
-def _payload(compiled: Compiled) -> Compiled:
-    """What the workers need, without the loaded model (its weights are the graph's; no need to ship twice)."""
-    return dataclasses.replace(compiled, loaded=dataclasses.replace(compiled.loaded, model=onnx.ModelProto()))
+def _payload(compiled: Compiled) -> tuple:
+    """What the workers need: the compiled model without the loaded model (its weights are the graph's; no
+    need to ship twice) and the activation budget in force here (a worker process does not inherit it)."""
+    return (dataclasses.replace(compiled, loaded=dataclasses.replace(compiled.loaded, model=onnx.ModelProto())),
+            limits.current().activation_bytes)
 
 
 def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: str | None = None,

@@ -56,6 +56,7 @@ class Compiled:
     calib_head: Dataset | None = None  # the first calibration samples (a copy): the report's per-layer SQNR
     selftest_sample: dict | None = None  # the generated programs' embedded input (run/selftest.py)
     calibration: dict = field(default_factory=dict)  # report.json's `calibration` (quant/selection.py)
+    limits: limits_mod.Limits = limits_mod.DEFAULTS  # the size limits it was compiled under
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
@@ -294,7 +295,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     sample = default_sample(plan) if real is None else real
     warnings += sample_warnings(plan, sample, "calibration sample 0" if real is not None else "seeded noise")
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head,
-                    selftest_sample=sample, calibration=calibration)
+                    selftest_sample=sample, calibration=calibration, limits=limits_mod.current())
 
 
 def _original_ops(loaded: LoadedModel) -> dict[str, str]:

@@ -29,7 +29,7 @@ class Limits:
     model_bytes: int = 2 * GiB       # the .onnx file plus its external-data files
     tensor_bytes: int = 1 * GiB      # any one initializer, or any one activation of one sample (float32)
     max_dim: int = 1 << 24           # any one dimension of a model input or an --input-shape
-    activation_bytes: int = 4 * GiB  # all activations of one sample together (calibration holds them at once)
+    activation_bytes: int = 8 * GiB  # activations of one sample held at once, copies included (past it: pieces)
     data_bytes: int = 2 * GiB        # calibration or evaluation data as loaded (at least float32 per value)
     data_samples: int = 1_000_000    # calibration or evaluation samples
 
@@ -41,7 +41,7 @@ DESCRIPTIONS = {
     "model_bytes": "the .onnx file plus its external data",
     "tensor_bytes": "any one initializer or activation of one sample",
     "max_dim": "any one dimension of a model input",
-    "activation_bytes": "all activations of one sample together",
+    "activation_bytes": "activations of one sample held at once (a larger model runs in pieces that fit)",
     "data_bytes": "calibration or evaluation data as loaded",
     "data_samples": "calibration or evaluation samples",
 }

@@ -326,11 +326,9 @@ def _tensor_bytes(vi: onnx.ValueInfoProto) -> "int | None":
 
 
 def _check_activations(model: onnx.ModelProto) -> None:
-    """Each activation within tensor_bytes, all of them within activation_bytes (one sample).
-
-    Calibration runs onnxruntime with every tensor as an output, so the sum is what one sample holds.
-    """
-    total = 0
+    """Each activation within tensor_bytes (one sample). All of them together may exceed activation_bytes:
+    calibration and the checks then run the model in pieces that fit it (segments.py), and refuse only a node
+    whose own values do not."""
     initializers = {t.name for t in model.graph.initializer}
     values = [vi for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output)
               if vi.name not in initializers]
@@ -340,8 +338,6 @@ def _check_activations(model: onnx.ModelProto) -> None:
             continue
         dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         limits.exceeded("tensor_bytes", f"tensor '{vi.name}' ({_shape_text(dims)})", size, ModelError)
-        total += size
-    limits.exceeded("activation_bytes", "the activations of one sample together", total, ModelError)
 
 
 def _opset(model: onnx.ModelProto) -> int:

@@ -58,9 +58,11 @@ def options(level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_E
 def session(model: "onnx.ModelProto | str | Path", outputs: list[str] | None = None,
             level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL, threads: int = 1,
             entries: dict[str, str] | None = None, log_level: int = 4,
-            save_optimized: "str | Path | None" = None) -> ort.InferenceSession:
+            save_optimized: "str | Path | None" = None, arena: bool = True) -> ort.InferenceSession:
     """An onnxruntime CPU session on a model (a ModelProto or a path); `outputs` adds intermediate tensors as
-    graph outputs; `save_optimized` writes the graph onnxruntime optimized it into (for tests of the fusion).
+    graph outputs; `save_optimized` writes the graph onnxruntime optimized it into (for tests of the fusion);
+    `arena=False` returns memory to the system after each run (onnxruntime's arena keeps its peak otherwise:
+    the pieces of a large model, each its own session, would together hold every piece's peak).
 
     The outputs are added by appending a serialized graph holding only them: protobuf merges concatenated
     messages (repeated fields append), so the model is neither copied nor mutated."""
@@ -71,6 +73,7 @@ def session(model: "onnx.ModelProto | str | Path", outputs: list[str] | None = N
     opts = options(level, threads, exact_entries(model) if entries is None else entries, log_level)
     if save_optimized is not None:
         opts.optimized_model_filepath = str(save_optimized)
+    opts.enable_cpu_mem_arena = arena
     if path is not None and not outputs:
         return _open(path, opts)
     serialized = model.SerializeToString()

@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
-from .ort_session import session
 from .data import Dataset
 from .golden import build_float
 from .run.emulator import Emulator
+from .segments import Pieces, Taker
 
 STATS_SAMPLES = 4  # calibration samples the report's SQNR is measured on (compile time stays small)
 STATS_MACS = 2_000_000_000  # ... and at most this many MACs emulated (at least one sample: ResNet-50 gets 1)
@@ -51,22 +51,32 @@ def from_calibration(compiled, data: Dataset | None, samples: int = STATS_SAMPLE
     layers = [layer for layer in layers if layer[2] in holders]
     if not layers:
         return {"source": "calibration", "samples": data.num_samples, "data": data.source, "layers": []}
-    fp32 = session(build_float(graph), [t for _, _, t in layers])
     names = [t for _, _, t in layers]
+    fp32 = Pieces(build_float(graph), names, compiled.limits.activation_bytes)
     emulator = Emulator(plan)
+    # each layer is measured once its value is complete; the emulator drops what nothing needs any more
+    fires: dict[int, list[str]] = {}
+    for name in names:
+        fires.setdefault(max(0, emulator.completed_at(holders[name])), []).append(name)
+    hold = {holders[name]: k for k, done in fires.items() for name in done}
     signal = dict.fromkeys(names, 0.0)
     noise = dict.fromkeys(names, 0.0)
     for i in range(data.num_samples):
         sample = data.sample(i)
-        buffers = emulator.run(sample, keep=True)
-        for name, ref in zip(names, fp32.run(names, sample)):
-            t = plan.tensors[holders[name]]
-            ours = emulator.get(buffers, t.id).astype(np.float64) * np.asarray(t.scales(), np.float64)
-            ours = ours.transpose(0, 3, 1, 2) if t.layout == "NHWC" else ours
-            ref = np.asarray(ref, np.float64).ravel()
-            ours = ours.ravel()
-            signal[name] += float(np.dot(ref, ref))
-            noise[name] += float(np.dot(ref - ours, ref - ours))
+        taker = Taker(fp32, sample)
+
+        def visit(k: int, buffers) -> None:
+            for name in fires.get(k, ()):
+                ref = taker.take(name)
+                t = plan.tensors[holders[name]]
+                ours = emulator.get(buffers, t.id).astype(np.float64) * np.asarray(t.scales(), np.float64)
+                ours = ours.transpose(0, 3, 1, 2) if t.layout == "NHWC" else ours
+                ref = np.asarray(ref, np.float64).ravel()
+                ours = ours.ravel()
+                signal[name] += float(np.dot(ref, ref))
+                noise[name] += float(np.dot(ref - ours, ref - ours))
+
+        emulator.run(sample, visit=visit, hold=hold)
     rows = [{"name": name, "op": op, "sqnr_db": _sqnr(signal[t], noise[t]), "mismatches": None,
              "compared": None, "mismatch_rate": None, "max_lsb": None, "tolerance_lsb": None,
              "allowed_mismatches": None}

@@ -23,8 +23,8 @@ import onnx
 from . import estimators, range_search
 from ..data import Dataset
 from ..errors import UsageError
-from ..ort_session import session
 from ..parallel import usable_cores
+from ..segments import Pieces
 from .estimators import BINS
 
 METHODS = ("minmax", "percentile", "mse", "entropy", "output")  # per-tensor estimators
@@ -90,6 +90,9 @@ def statistics(model: onnx.ModelProto, data: Dataset, method: str = "minmax", te
     found = collect(model, data, tensors, mean_tensors, method != "minmax", threads, progress)
     if method != "output":
         return Statistics(found.ranges(method), found.means(), found.passes)
+    if not found.sess.whole:
+        raise UsageError("--calib-method output holds every activation of a sample at once, and this model's "
+                         "exceed the activation_bytes limit; choose another method or raise the limit")
     hist = found.histograms([None])[0]
     candidates = {t: estimators.candidates(hist[t], a) if a > 0 else [0.0] for t, a in found.amax().items()}
     samples = range_search.take_samples(data, found.sample_bytes)
@@ -199,13 +202,13 @@ class Collected:
         group_of = {i: g for g, members in enumerate(groups) for i in members}
         hist = [{t: np.zeros(BINS, np.int64) for t in positive} for _ in groups]
 
+        histogrammed = set(positive)
+
         def counts(i: int) -> dict:
-            values = dict(zip(self.outputs, self.sess.run(self.outputs, self.data.sample(i))))
             result = {}
-            for t in positive:
-                magnitude = np.abs(values[t])
-                nonzero = magnitude[magnitude != 0]
-                result[t] = _histogram([nonzero], magnitude.size - nonzero.size, edge[t])
+            for values in self.sess.stream(self.data.sample(i)):
+                result.update({t: _counts(values[t], edge[t]) for t in histogrammed.intersection(values)})
+                del values  # a piece's values are not held while the next one runs
             return result
 
         with ThreadPoolExecutor(self.threads) as pool:
@@ -226,7 +229,9 @@ def collect(model: onnx.ModelProto, data: Dataset, tensors: list[str] | None = N
     The session computes every float tensor whichever are asked for, so the values, and the ranges, do not
     depend on `tensors` (onnxruntime fuses differently when fewer outputs are requested). `threads`
     (default: the usable cores) run samples side by side; every sum is still taken in sample order, so the
-    result does not depend on it. `progress(done)` is called after each sample.
+    result does not depend on it. A model whose values of one sample exceed the `activation_bytes` limit runs in
+    pieces (segments.py), a sample at a time, the statistics taken piece by piece: the same values, less memory.
+    `progress(done)` is called after each sample.
     """
     every = float_tensors(model)
     wanted = every if tensors is None else [t for t in dict.fromkeys(tensors) if t in set(every)]
@@ -237,9 +242,11 @@ def collect(model: onnx.ModelProto, data: Dataset, tensors: list[str] | None = N
     tops: dict[str, list[float]] = {t: [] for t in wanted}
     sample_means = []
     kept_bytes = sample_bytes = 0
-    sess = session(model, outputs)
-    measure = functools.partial(_sample_stats, sess, outputs, wanted, mean_tensors, values)
-    threads = _threads(threads)
+    sess = Pieces(model, outputs)
+    threads = _threads(threads) if sess.whole else 1  # in pieces: one sample at a time, within the limit
+    if not sess.whole:  # nor are a sample's values kept for the histograms: they come from a second pass
+        kept = None
+    measure = functools.partial(_sample_stats, sess, wanted, mean_tensors, values, kept is not None)
     with ThreadPoolExecutor(threads) as pool:
         samples = (data.sample(i) for i in range(data.num_samples))
         for done, sample in enumerate(_in_order(pool, measure, samples, threads), 1):
@@ -310,21 +317,36 @@ def _in_order(pool: ThreadPoolExecutor, fn, items, ahead: int):
         yield pending.popleft().result()
 
 
-def _sample_stats(sess, outputs: list[str], tensors: list[str], mean_tensors: list[str], keep: bool,
+def _sample_stats(sess: Pieces, tensors: list[str], mean_tensors: list[str], keep: bool, hold: bool,
                   sample: dict) -> dict:
-    """One sample through the float model: per tensor (largest |x|, the nonzero |x| when histograms need
-    them, the number of zeros), and the per-channel means of `mean_tensors`."""
-    values = dict(zip(outputs, sess.run(outputs, sample)))
-    ranges = {}
-    size = sum(v.nbytes for v in values.values())
-    for t in tensors:
-        v = values[t]
-        if not v.size:
-            continue
-        magnitude = np.abs(v)
-        nonzero = magnitude[magnitude != 0] if keep else None
-        ranges[t] = (float(np.max(magnitude)), nonzero, magnitude.size - nonzero.size if keep else 0)
-    return {"ranges": ranges, "means": {t: _sample_means(values[t]) for t in mean_tensors}, "bytes": size}
+    """One sample through the float model, a piece at a time: per tensor (largest |x|, the nonzero |x| when
+    histograms need them (`keep`) and they are held (`hold`), the number of zeros), and the per-channel means
+    of `mean_tensors`."""
+    ranges, means, size = {}, {}, 0
+    tensors, averaged = set(tensors), set(mean_tensors)
+    for values in sess.stream(sample):
+        size += sum(v.nbytes for v in values.values())
+        ranges.update({t: _magnitudes(values[t], keep, keep and hold) for t in tensors.intersection(values)
+                       if values[t].size})
+        means.update({t: _sample_means(values[t]) for t in averaged.intersection(values)})
+        del values  # a piece's values are not held while the next one runs
+    return {"ranges": ranges, "means": {t: means[t] for t in mean_tensors if t in means}, "bytes": size}
+
+
+def _magnitudes(v: np.ndarray, count: bool, hold: bool) -> tuple:
+    """(largest |x|, the nonzero |x| if `hold` else None, the number of zeros if `count` else 0)."""
+    magnitude = np.abs(v)
+    if not hold:
+        return float(np.max(magnitude)), None, v.size - int(np.count_nonzero(magnitude)) if count else 0
+    nonzero = magnitude[magnitude != 0]
+    return float(np.max(magnitude)), nonzero, magnitude.size - nonzero.size
+
+
+def _counts(v: np.ndarray, amax: float) -> np.ndarray:
+    """One value's histogram of |x| (_histogram)."""
+    magnitude = np.abs(v)
+    nonzero = magnitude[magnitude != 0]
+    return _histogram([nonzero], magnitude.size - nonzero.size, amax)
 
 
 BATCH_VALUES = 2**22  # small samples' values are histogrammed together, up to this many at a time

@@ -13,6 +13,7 @@ class Emulator:
         self.plan = plan
         self._float_weights: dict[str, np.ndarray] = {}
         self._exact: dict[tuple, bool] = {}
+        self._written: dict[str, int] | None = None
 
     def weights(self, tid: str) -> np.ndarray:
         """A constant matmul/conv operand as float32 (holding its int8 values), converted once per emulator:
@@ -30,8 +31,13 @@ class Emulator:
             self._exact[key] = kernels.float32_exact(consts[weights].reshape(shape), consts[bias] if bias else None)
         return self._exact[key]
 
-    def run(self, inputs: dict[str, np.ndarray], keep: bool = False) -> dict[str, np.ndarray]:
-        """Model inputs (float32, or integer ids) by ONNX name -> int8 buffers by tensor id (all of them if `keep`)."""
+    def run(self, inputs: dict[str, np.ndarray], keep: bool = False, visit=None,
+            hold: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+        """Model inputs (float32, or integer ids) by ONNX name -> int8 buffers by tensor id (all of them if `keep`).
+
+        Without `keep`, a buffer is dropped after the last step that reads or writes it (a large model holds
+        what is live, not every activation), unless `hold` ({tensor id: step index}) keeps it until later.
+        `visit(k, buffers)` is called after step k, before that step's dead buffers are dropped."""
         plan = self.plan
         buffers: dict[str, np.ndarray] = {}
         for tid in plan.inputs:
@@ -39,12 +45,43 @@ class Emulator:
             if t.onnx_name not in inputs:
                 raise KeyError(f"missing model input '{t.onnx_name}'")
             buffers[tid] = np.asarray(inputs[t.onnx_name], np.dtype(t.dtype)).reshape(t.shape)
-        for step in plan.steps:
+        dead = {} if keep else self.dead_after(hold)
+        for k, step in enumerate(plan.steps):
             for tid, value in zip(step.writes(), self.execute_step(step, buffers)):
                 self._store(buffers, tid, value)
+            if visit is not None:
+                visit(k, buffers)
+            for base in dead.get(k, ()):
+                buffers.pop(base, None)
         if keep:
             return buffers
         return {tid: self.get(buffers, tid) for tid in plan.outputs}
+
+    def dead_after(self, hold: dict[str, int] | None = None) -> dict[int, list[str]]:
+        """{step index: the buffers (base tensor ids) no later step reads or writes}: never a model output's,
+        and a held tensor's not before its step."""
+        plan = self.plan
+        last: dict[str, int] = {}
+        for k, step in enumerate(plan.steps):
+            for tid in step.reads() + step.writes():
+                if tid and tid not in plan.constants:
+                    last[plan.base(tid).id] = k
+        for tid, k in (hold or {}).items():
+            base = plan.base(tid).id
+            last[base] = max(last.get(base, -1), k)
+        kept = {plan.base(tid).id for tid in plan.outputs}
+        dead: dict[int, list[str]] = {}
+        for base, k in last.items():
+            if base not in kept:
+                dead.setdefault(k, []).append(base)
+        return dead
+
+    def completed_at(self, tid: str) -> int:
+        """The step after which `tid`'s bytes are all written: the last step writing any tensor of its buffer
+        (-1 for a model input)."""
+        if self._written is None:
+            self._written = {self.plan.base(w).id: k for k, step in enumerate(self.plan.steps) for w in step.writes()}
+        return self._written.get(self.plan.base(tid).id, -1)
 
     def _slice_view(self, buffer: np.ndarray, tid: str) -> np.ndarray:
         """A slice's elements as a [rows, width] strided view of its base's (contiguous) buffer, rows strided

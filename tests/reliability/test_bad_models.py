@@ -209,3 +209,10 @@ def test_external_data_counts_against_model_bytes(tmp_path):
     with pytest.raises(o2g.ModelError, match="with its external data.*model_bytes"):
         o2g.compile(model, limits={"model_bytes": size + 100})
     assert o2g.compile(model, limits={"model_bytes": size + 432}).plan
+
+
+def test_the_cli_compiles_past_the_activation_limit(cli, tmp_path):
+    """What the load step used to refuse (all activations over the limit) compiles; one node over it does not."""
+    assert cli("models/digits_cnn.onnx", "--calib", "models/digits_calib.npz", "--limit", "activation_bytes=40K", "-q", "-o", tmp_path / "a").code == 0
+    result = cli("models/digits_cnn.onnx", "--limit", "activation_bytes=2K", "-o", tmp_path / "b")
+    assert result.code == 3 and "activation_bytes" in result.err and "node" in result.err

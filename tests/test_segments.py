@@ -1,0 +1,145 @@
+"""A model whose activations exceed `activation_bytes` runs in pieces (segments.py): the same values, the same
+compile and diff, less memory held."""
+import subprocess
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import onnx2gemmini as o2g
+from onnx2gemmini import segments
+from onnx2gemmini.errors import ModelError, UsageError
+from onnx2gemmini.quant.calibrate import float_tensors
+from onnx2gemmini.run.emulator import Emulator
+from onnx2gemmini.segments import Pieces, Taker
+from tests.helpers import infer_outputs, random_dataset, rng
+
+BUNDLED = "models/digits_cnn.onnx"
+CALIB = "models/digits_calib.npz"
+
+
+def residual_model():
+    """conv -> relu -> conv -> + skip -> relu -> conv: a value (the skip) lives across pieces."""
+    r = rng(4)
+    nodes = [helper.make_node("Conv", ["x", "W0"], ["a"], pads=[1] * 4, name="c0"),
+             helper.make_node("Relu", ["a"], ["ar"], name="r0"),
+             helper.make_node("Conv", ["ar", "W1"], ["b"], pads=[1] * 4, name="c1"),
+             helper.make_node("Relu", ["b"], ["br"], name="r1"),
+             helper.make_node("Conv", ["br", "W2"], ["c"], pads=[1] * 4, name="c2"),
+             helper.make_node("Add", ["c", "ar"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["sr"], name="r2"),
+             helper.make_node("Conv", ["sr", "W3"], ["y"], name="c3")]
+    weights = {"W0": r.normal(size=(8, 3, 3, 3)), "W1": r.normal(size=(8, 8, 3, 3)) / 4,
+               "W2": r.normal(size=(8, 8, 3, 3)) / 4, "W3": r.normal(size=(4, 8, 1, 1))}
+    return infer_outputs(nodes, {"x": [1, 3, 16, 16]}, {k: v.astype(np.float32) for k, v in weights.items()})
+
+
+def total_bytes(model) -> int:
+    return segments._total_bytes(model, segments._sizes(segments._value_infos(model)))
+
+
+def test_pieces_give_the_whole_models_values_bit_for_bit():
+    model = residual_model()
+    every = float_tensors(model)
+    whole = Pieces(model, every)
+    budget = total_bytes(model) * 4 // 5
+    pieces = Pieces(model, every, budget)
+    assert whole.whole and len(pieces.pieces) >= 3
+    assert all(segments.HANDOVER * p.nbytes <= budget for p in pieces.pieces)
+    assert not Pieces(model, every, segments.HANDOVER * total_bytes(model)).pieces[1:]  # what fits is one piece
+    assert any("ar" in p.inputs for p in pieces.pieces[1:])  # the skip is carried to a later piece
+    sample = random_dataset(model).sample(0)
+    expected = dict(zip(every, whole.run(every, sample)))
+    streamed = {}
+    for values in pieces.stream(sample):
+        assert not set(values) & set(streamed)  # each value once
+        streamed.update(values)
+    assert set(streamed) == set(every)
+    for name in every:
+        np.testing.assert_array_equal(streamed[name], expected[name], err_msg=name)
+    np.testing.assert_array_equal(pieces.run(["y"], sample)[0], expected["y"])
+
+
+def test_the_piece_sizes_are_the_values_they_hold():
+    """A piece's nbytes (from the inferred shapes) is what it is fed plus what it computes, measured."""
+    model = residual_model()
+    pieces = Pieces(model, float_tensors(model), total_bytes(model) * 4 // 5)
+    sample = random_dataset(model).sample(0)
+    carried = dict(sample)
+    for piece in pieces.pieces:
+        fed = sum(carried[i].nbytes for i in piece.inputs)
+        values = dict(zip(piece.outputs, piece.sess.run(piece.outputs, {i: carried[i] for i in piece.inputs})))
+        computed = sum(v.nbytes for v in values.values())
+        assert piece.nbytes >= fed + computed
+        carried.update(values)
+
+
+def test_taker_hands_values_in_any_order_once():
+    model = residual_model()
+    pieces = Pieces(model, ["b", "s", "ar"], total_bytes(model) * 4 // 5)
+    taker = Taker(pieces, random_dataset(model).sample(0))
+    assert taker.take("s").shape == (1, 8, 16, 16)
+    assert taker.take("ar").shape == (1, 8, 16, 16)  # computed earlier, kept until taken
+    assert taker.take("b").shape == (1, 8, 16, 16)
+    with pytest.raises(KeyError):
+        taker.take("s")
+
+
+def test_a_node_over_the_budget_is_refused_by_name():
+    model = residual_model()
+    with pytest.raises(ModelError, match=r"node 'c0' \(Conv\).*activation_bytes"):
+        Pieces(model, float_tensors(model), 4096)
+
+
+def test_a_compile_in_pieces_is_the_same_compile(tmp_path, monkeypatch):
+    """The bundled model with activation_bytes below its activations: calibration, the report's per-layer
+    SQNR and diff run in pieces and give byte-identical artifacts and the same diff."""
+    cut = []
+    real = segments.Pieces.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        cut.append(len(self.pieces))
+    monkeypatch.setattr(segments.Pieces, "__init__", spy)
+    whole = o2g.compile(BUNDLED, calib=CALIB)
+    a = whole.write(tmp_path / "a")
+    assert cut and max(cut) == 1
+    cut.clear()
+    small = {"activation_bytes": "40K"}
+    pieces = o2g.compile(BUNDLED, calib=CALIB, limits=small)
+    b = pieces.write(tmp_path / "b")
+    assert len(cut) == 2 and min(cut) > 2  # calibration and the report's SQNR ran in pieces
+    changed = subprocess.run(["diff", "-r", "-q", "-x", "report.*", str(a), str(b)], capture_output=True, text=True)
+    assert changed.stdout == ""
+    for report in ("report.json", "report.md"):
+        keep = lambda text: [line for line in text.splitlines() if "_s\"" not in line and "compile time" not in line]  # noqa: E731
+        assert keep((a / report).read_text()) == keep((b / report).read_text())
+    cut.clear()
+    one, two = o2g.diff(whole, CALIB), o2g.diff(pieces, CALIB, limits=small)
+    assert cut == [1, cut[1]] and cut[1] > 2
+    assert one["layers"] == two["layers"] and one["verdict"] == two["verdict"] and two["verdict"]["passed"]
+
+
+def test_emulator_drops_what_nothing_reads_again():
+    compiled = o2g.compile(residual_model(), calib=random_dataset(residual_model(), 4))
+    plan = compiled.plan
+    emulator = Emulator(plan)
+    sample = random_dataset(residual_model(), 1, seed=7).sample(0)
+    everything = emulator.run(sample, keep=True)
+    alive = []
+    out = emulator.run(sample, visit=lambda k, buffers: alive.append(set(buffers)))
+    for tid in plan.outputs:
+        np.testing.assert_array_equal(out[tid], emulator.get(everything, tid))
+    assert max(len(a) for a in alive) < len(everything)
+    first = plan.base(plan.steps[0].writes()[0]).id
+    dropped = next(k for k, a in enumerate(alive[1:], 1) if first not in a)
+    held = []
+    emulator.run(sample, visit=lambda k, buffers: held.append(first in buffers), hold={first: dropped + 1})
+    assert all(held[:dropped + 2])  # still there at the step it is held to
+
+
+def test_output_aware_ranges_are_refused_in_pieces():
+    """`--calib-method output` holds every activation of its samples at once: one error, not a swapping machine."""
+    with pytest.raises(UsageError, match="--calib-method output.*activation_bytes"):
+        o2g.compile(BUNDLED, calib=CALIB, calib_method="output", limits={"activation_bytes": "40K"})
+    assert o2g.compile(BUNDLED, calib=CALIB, calib_method="output").plan
