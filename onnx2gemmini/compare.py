@@ -188,7 +188,10 @@ class _Checker:
         self.original = _Original(compiled.loaded.original, self.output_names)
         self.fp32 = Pieces(build_float(graph), [l.tensor for l in self.layers] + self.output_names,
                            budget)
-        self.golden = session(qdq)
+        # a model run in pieces is large: its sessions return memory after each run (one per layer would
+        # otherwise keep every layer's peak, together the whole model's activations)
+        arena = self.fp32.whole
+        self.golden = session(qdq, arena=arena)
         extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
         self.sub_sessions = []
         for layer in self.layers:
@@ -196,7 +199,7 @@ class _Checker:
             sub = extractor.extract_model(feeds, [layer.tensor])
             level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if layer.unfused else \
                 ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            self.sub_sessions.append((session(sub, level=level), feeds))
+            self.sub_sessions.append((session(sub, level=level, arena=arena), feeds))
         self.emulator = Emulator(plan)
         self.holders = _holders(plan)
         self.units = float_units(plan)

@@ -1,7 +1,7 @@
 """Run a float model piece by piece when all of its activations together would not fit in memory.
 
 Why: calibration and the checks read every activation of a sample, and onnxruntime asked for all of them
-holds them all at once (27 GiB of float32 for SAM's image encoder at 1024x1024). So the graph is cut, in
+holds them all at once (68 GiB of float32 for SAM's image encoder at 1024x1024, by its static shapes). So the graph is cut, in
 node order, into consecutive pieces whose values fit a budget: what a piece reads from earlier pieces plus
 everything it computes. Each piece is its own onnxruntime session, run in order; only the values later
 pieces read are carried from one to the next. When every tensor is asked for (calibration), every tensor a
@@ -53,7 +53,7 @@ class Pieces:
     def __init__(self, model: onnx.ModelProto, wanted: list[str], budget: int | None = None):
         self.wanted = list(dict.fromkeys(wanted))
         self.budget = limits.current().activation_bytes if budget is None else budget
-        model_outputs = [o.name for o in model.graph.output]
+        self.model_outputs = model_outputs = [o.name for o in model.graph.output]
         infos = _value_infos(model)
         sizes = _sizes(infos)
         if HANDOVER * _total_bytes(model, sizes) <= self.budget:

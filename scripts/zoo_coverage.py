@@ -4,7 +4,8 @@ architectures (scripts/zoo_transformers.py: text models with token ids and an at
 audio encoders), each exported, compiled and compared with onnxruntime (`diff`). Writes a table: compiled or
 refused (with the op), % of MACs on Gemmini, CPU steps, diff verdict.
 
-    python scripts/zoo_coverage.py [--only NAME,...] [--timm | --transformers] [--jobs N] [--markdown F] [--json F]
+    python scripts/zoo_coverage.py [--only NAME,...] [--timm | --transformers] [--jobs N] [--markdown F [--update]]
+                                   [--json F]
 
 Nothing is downloaded: weights are random, inputs synthetic. Each model runs in its own process (a crash
 or a 10-minute timeout is a row, not the end of the sweep).
@@ -197,6 +198,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--jobs", type=int, default=1, help="architectures compiled side by side")
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--update", action="store_true",
+                        help="with --markdown: replace only the measured models' rows of the page's table")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     source = "timm" if args.timm else "transformers" if args.transformers else "torchvision"
@@ -212,7 +215,22 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     if args.markdown:
-        write_table(args.markdown, source, markdown(rows))
+        table = markdown(rows)
+        if args.update:
+            table = updated_table(args.markdown.read_text(), source, table)
+        write_table(args.markdown, source, table)
+
+
+def updated_table(page: str, source: str, new: str) -> str:
+    """The page's table for `source` with the rows of `new` (same columns) in place of the rows of the same
+    model; a model the table lacks is added at its end."""
+    start, end = f"<!-- zoo-table: {source} -->\n", f"<!-- end of zoo-table: {source} -->"
+    if start not in page or end not in page:
+        return new
+    old_lines = page.split(start, 1)[1].split(end, 1)[0].splitlines()
+    fresh = {line.split(" | ", 1)[0]: line for line in new.splitlines()[2:]}
+    lines = [fresh.pop(line.split(" | ", 1)[0], line) for line in old_lines]
+    return "\n".join(lines + list(fresh.values())) + "\n"
 
 
 def write_table(path: Path, source: str, table: str) -> None:

@@ -34,3 +34,12 @@ def test_the_transformers_list_covers_the_architectures_users_start_from():
     assert {"bert", "distilbert", "roberta", "albert", "electra", "mobilebert", "deberta_v2", "vit", "deit", "beit",
             "swin", "convnext", "mobilevit", "levit", "clip_vision", "clip_text", "whisper_encoder", "wav2vec2",
             "t5_encoder", "gpt2", "llama"} <= names
+
+
+def test_an_update_replaces_the_measured_rows_only():
+    page = ("<!-- zoo-table: timm -->\n| model | result |\n|---|---|\n| a\\_1 | refused: x |\n| b | compiled |\n"
+            "<!-- end of zoo-table: timm -->\n")
+    new = "| model | result |\n|---|---|\n| a\\_1 | compiled |\n| c | refused: y |\n"
+    table = zoo_coverage.updated_table(page, "timm", new)
+    assert table == "| model | result |\n|---|---|\n| a\\_1 | compiled |\n| b | compiled |\n| c | refused: y |\n"
+    assert zoo_coverage.updated_table("no table", "timm", new) == new

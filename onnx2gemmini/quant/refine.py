@@ -193,7 +193,7 @@ class _StandIn:
         model = build_qdq(graph, self.base)
         held = {i.name for i in model.graph.initializer}
         self.fed = {scale_name(t): t for t in self.base.scales if scale_name(t) in held}
-        self.sess = _session_with_inputs(model, set(self.fed))
+        self.sess = _session_with_inputs(model, set(self.fed), found.sess.whole)
 
     def feeds(self, changes: dict) -> dict[str, np.ndarray]:
         scales = dict(self.base.scales)
@@ -213,9 +213,10 @@ class _StandIn:
         return self.heldout.noise(self.fold, lambda s: run(self.sess, self.heldout.outputs, {**s, **scale_feeds}))
 
 
-def _session_with_inputs(model: onnx.ModelProto, names: set[str]):
+def _session_with_inputs(model: onnx.ModelProto, names: set[str], arena: bool = True):
     """A session of `model` with the initializers `names` turned into float inputs; None when onnxruntime
-    will not build it."""
+    will not build it. `arena=False` for a model run in pieces: the stand-ins live side by side, and each
+    would keep its run's peak."""
     kept, inputs = [], list(model.graph.input)
     for init in model.graph.initializer:
         if init.name in names:
@@ -226,6 +227,6 @@ def _session_with_inputs(model: onnx.ModelProto, names: set[str]):
     graph = helper.make_graph(list(model.graph.node), model.graph.name, inputs, list(model.graph.output), kept)
     fed = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
-        return session(fed)
+        return session(fed, arena=arena)
     except ModelError:
         return None
