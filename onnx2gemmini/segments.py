@@ -98,6 +98,7 @@ class Pieces:
         found = {k: v for k, v in feed.items() if k in keep}
         for values in self._values(feed):
             found.update({n: v for n, v in values.items() if n in keep})
+            del values  # not held while the next piece runs
         return [found[n] for n in names]
 
 

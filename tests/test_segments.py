@@ -143,3 +143,42 @@ def test_output_aware_ranges_are_refused_in_pieces():
     with pytest.raises(UsageError, match="--calib-method output.*activation_bytes"):
         o2g.compile(BUNDLED, calib=CALIB, calib_method="output", limits={"activation_bytes": "40K"})
     assert o2g.compile(BUNDLED, calib=CALIB, calib_method="output").plan
+
+
+@pytest.mark.parametrize("how", ["run", "stream", "take"])
+def test_a_piece_runs_holding_only_what_it_reads(monkeypatch, how):
+    """When a piece starts, the values of earlier pieces still alive are at most the ones it or later pieces
+    read (and, for stream and take, nothing the reader has let go of): memory stays one piece deep."""
+    import weakref
+    model = residual_model()
+    pieces = Pieces(model, float_tensors(model), total_bytes(model) * 4 // 5)
+    alive: dict[int, int] = {}
+    held_at_start = []
+    real = segments.ort_run
+
+    def tracked(sess, names, feed):
+        held_at_start.append(sum(alive.values()))
+        out = real(sess, names, feed)
+        for value in out:
+            alive[id(value)] = value.nbytes
+            weakref.finalize(value, alive.pop, id(value), None)
+        return out
+    monkeypatch.setattr(segments, "ort_run", tracked)
+    sample = random_dataset(model).sample(0)
+    if how == "run":
+        pieces.run(["y"], sample)
+    elif how == "stream":
+        for values in pieces.stream(sample):
+            del values
+    else:
+        taker = Taker(pieces, sample)
+        for name in float_tensors(model):
+            taker.take(name)
+    sizes = segments._sizes(segments._value_infos(model))
+    live = []  # per piece: the bytes of earlier pieces' values that it or a later piece reads
+    for k in range(len(pieces.pieces)):
+        made = {o for p in pieces.pieces[:k] for o in p.outputs}
+        read = {i for p in pieces.pieces[k:] for i in p.inputs}
+        live.append(sum(sizes[t] for t in made & read))
+    assert len(held_at_start) == len(pieces.pieces) and max(live) > 0
+    assert all(held <= need for held, need in zip(held_at_start, live)), (held_at_start, live)
