@@ -54,13 +54,16 @@ class GemmHandler(Handler):
         return (0 if node.attr("transB", 0) else 1), 1
 
     def float_weights(self, node):
-        b = node.const(node.input("B")).astype(np.float32)
-        w = (b.T if node.attr("transB", 0) else b) * np.float32(node.attr("alpha", 1.0))
+        b = node.const(node.input("B"))
+        w = np.array(b.T if node.attr("transB", 0) else b, np.float32, order="C")  # one copy, never the graph's
+        alpha = np.float32(node.attr("alpha", 1.0))
+        if alpha != 1:
+            w = w * alpha
         c = node.input("C")
         bias = _bias_vector(node.const(c), w.shape[1]) if c else None
         if bias is not None:
             bias = bias * np.float32(node.attr("beta", 1.0))
-        return np.ascontiguousarray(w), bias
+        return w, bias
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         lowered = Lowered()
