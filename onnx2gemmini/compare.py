@@ -155,7 +155,7 @@ QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantiz
 class _Original:
     """onnxruntime on the model exactly as the user gave it (before load, onnxsim and the rewrite passes)."""
 
-    def __init__(self, serialized: bytes, output_names: list[str]):
+    def __init__(self, serialized: bytes, output_names: list[str], arena: bool = True):
         self.session, self.names = None, []
         if not serialized:  # over protobuf's 2 GiB
             return
@@ -163,7 +163,7 @@ class _Original:
         declared = {o.name for o in model.graph.output}
         self.names = [n for n in output_names if n in declared]
         try:
-            self.session = session(model)
+            self.session = session(model, arena=arena)
         except Exception:  # noqa: BLE001 - then its outputs are simply not compared
             return
         self.inputs = [i.name for i in self.session.get_inputs()]
@@ -185,12 +185,12 @@ class _Checker:
         self.layers = _layers(compiled)
         qdq = build_qdq(graph, quant, plan.model_name)
         self.output_names = [o.name for o in graph.outputs]
-        self.original = _Original(compiled.loaded.original, self.output_names)
         self.fp32 = Pieces(build_float(graph), [l.tensor for l in self.layers] + self.output_names,
                            budget)
         # a model run in pieces is large: its sessions return memory after each run (one per layer would
         # otherwise keep every layer's peak, together the whole model's activations)
         arena = self.fp32.whole
+        self.original = _Original(compiled.loaded.original, self.output_names, arena)
         self.golden = session(qdq, arena=arena)
         extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
         self.sub_sessions = []
