@@ -205,17 +205,13 @@ class _Checker:
         self.units = float_units(plan)
         # Each layer is compared once its value is complete, while the values it reads are still held: the
         # emulator then drops what no later step or comparison needs (a large model holds what is live).
-        self.fires: dict[int, list[int]] = {}
-        self.hold: dict[str, int] = {}
-        for n, layer in enumerate(self.layers):
-            at = max(0, self.emulator.completed_at(self.holders[layer.tensor]))
-            self.fires.setdefault(at, []).append(n)
+        reads = []
+        for layer in self.layers:
             read = [layer.tensor] + [t for t in layer.inputs if not graph.is_index(t)]
             if layer.resadd is not None:
                 read += [plan.tensors[t].onnx_name for t in (layer.resadd.A, layer.resadd.B)]
-            for name in read:
-                tid = self.holders[name]
-                self.hold[tid] = max(self.hold.get(tid, -1), at)
+            reads.append([self.holders[name] for name in read])
+        self.due, self.hold = self.emulator.checkpoints(reads)
 
     def stored_value(self, buffers, onnx_name: str) -> np.ndarray:
         """The emulator's value of an ONNX tensor in ONNX layout: int8 (int32 accumulators, or float32 for an
@@ -242,7 +238,7 @@ class _Checker:
         refs: dict[str, np.ndarray] = {}
 
         def visit(k: int, buffers) -> None:
-            for n in self.fires.get(k, ()):
+            for n in self.due.get(k, ()):
                 layer = self.layers[n]
                 refs[layer.tensor] = fp32.take(layer.tensor)
                 rows[n] = self.layer_row(buffers, layer, self.sub_sessions[n], sample, refs[layer.tensor])

@@ -325,7 +325,7 @@ def _tensor_bytes(vi: onnx.ValueInfoProto) -> "int | None":
     return math.prod(d.dim_value for d in dims) * max(itemsize, 4)
 
 
-def _check_activations(model: onnx.ModelProto) -> None:
+def _check_activation_sizes(model: onnx.ModelProto) -> None:
     """Each activation within tensor_bytes (one sample). All of them together may exceed activation_bytes:
     calibration and the checks then run the model in pieces that fit it (segments.py), and refuse only a node
     whose own values do not."""
@@ -544,7 +544,7 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
         model = _simplify(model)
         _lift_constants(model)
     model = _infer_shapes(model, path)
-    _check_activations(model)
+    _check_activation_sizes(model)
     _check_finite(model)
     return LoadedModel(str(path), digest, model, original_opset, files, original)
 

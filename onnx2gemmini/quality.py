@@ -55,10 +55,7 @@ def from_calibration(compiled, data: Dataset | None, samples: int = STATS_SAMPLE
     fp32 = Pieces(build_float(graph), names, compiled.limits.activation_bytes)
     emulator = Emulator(plan)
     # each layer is measured once its value is complete; the emulator drops what nothing needs any more
-    fires: dict[int, list[str]] = {}
-    for name in names:
-        fires.setdefault(max(0, emulator.completed_at(holders[name])), []).append(name)
-    hold = {holders[name]: k for k, done in fires.items() for name in done}
+    due, hold = emulator.checkpoints([[holders[name]] for name in names])
     signal = dict.fromkeys(names, 0.0)
     noise = dict.fromkeys(names, 0.0)
     for i in range(data.num_samples):
@@ -66,7 +63,7 @@ def from_calibration(compiled, data: Dataset | None, samples: int = STATS_SAMPLE
         taker = Taker(fp32, sample)
 
         def visit(k: int, buffers) -> None:
-            for name in fires.get(k, ()):
+            for name in (names[n] for n in due.get(k, ())):
                 ref = taker.take(name)
                 t = plan.tensors[holders[name]]
                 ours = emulator.get(buffers, t.id).astype(np.float64) * np.asarray(t.scales(), np.float64)

@@ -56,9 +56,10 @@ class Pieces:
         self.model_outputs = model_outputs = [o.name for o in model.graph.output]
         infos = _value_infos(model)
         sizes = _sizes(infos)
-        if HANDOVER * _total_bytes(model, sizes) <= self.budget:
+        total = _total_bytes(model, sizes)
+        if HANDOVER * total <= self.budget:
             self.pieces = [Piece(list(model.graph.node), [i.name for i in model.graph.input],
-                                 list(dict.fromkeys(model_outputs + self.wanted)), 0)]
+                                 list(dict.fromkeys(model_outputs + self.wanted)), total)]
             self.pieces[0].sess = session(model, self.wanted)
         else:
             self.pieces = _cut(model, set(self.wanted) | set(model_outputs), self.budget // HANDOVER, sizes)

@@ -182,3 +182,15 @@ def test_a_piece_runs_holding_only_what_it_reads(monkeypatch, how):
         live.append(sum(sizes[t] for t in made & read))
     assert len(held_at_start) == len(pieces.pieces) and max(live) > 0
     assert all(held <= need for held, need in zip(held_at_start, live)), (held_at_start, live)
+
+
+def test_a_check_is_due_when_its_bytes_are_written_and_holds_what_it_reads():
+    plan = o2g.compile(residual_model(), calib=random_dataset(residual_model(), 4)).plan
+    emulator = Emulator(plan)
+    written = {w: k for k, step in enumerate(plan.steps) for w in step.writes() if plan.tensors[w].slice_of is None
+               and plan.tensors[w].view_of is None}
+    last = max(written, key=written.get)
+    first_input = plan.inputs[0]
+    due, hold = emulator.checkpoints([[last, first_input], [first_input]])
+    assert written[last] > 0 and due == {written[last]: [0], 0: [1]}
+    assert hold[first_input] == written[last]  # read by the late check: held until it is due

@@ -334,15 +334,14 @@ def _in_order(pool: ThreadPoolExecutor, fn, items, ahead: int):
 def _sample_stats(sess: Pieces, tensors: list[str], mean_tensors: list[str], keep: bool, hold: bool,
                   sample: dict) -> dict:
     """One sample through the float model, a piece at a time: per tensor (largest |x|, the nonzero |x| when
-    histograms need them (`keep`) and they are held (`hold`), the number of zeros), and the per-channel means
-    of `mean_tensors`."""
+    they are held for the histograms (`hold`), the number of zeros when histograms need it (`keep`)), and the
+    per-channel means of `mean_tensors`."""
     ranges, means, size, model_outputs = {}, {}, 0, {}
     tensors, averaged, ends = set(tensors), set(mean_tensors), set(sess.model_outputs)
     for values in sess.stream(sample):
         model_outputs.update({o: values[o] for o in ends.intersection(values)})
         size += sum(v.nbytes for v in values.values())
-        ranges.update({t: _magnitudes(values[t], keep, keep and hold) for t in tensors.intersection(values)
-                       if values[t].size})
+        ranges.update({t: _magnitudes(values[t], keep, hold) for t in tensors.intersection(values) if values[t].size})
         means.update({t: _sample_means(values[t]) for t in averaged.intersection(values)})
         del values  # a piece's values are not held while the next one runs
     return {"ranges": ranges, "means": {t: means[t] for t in mean_tensors if t in means}, "bytes": size,

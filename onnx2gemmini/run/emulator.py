@@ -13,7 +13,6 @@ class Emulator:
         self.plan = plan
         self._float_weights: dict[str, np.ndarray] = {}
         self._exact: dict[tuple, bool] = {}
-        self._written: dict[str, int] | None = None
 
     def weights(self, tid: str) -> np.ndarray:
         """A constant matmul/conv operand as float32 (holding its int8 values), converted once per emulator:
@@ -76,12 +75,20 @@ class Emulator:
                 dead.setdefault(k, []).append(base)
         return dead
 
-    def completed_at(self, tid: str) -> int:
-        """The step after which `tid`'s bytes are all written: the last step writing any tensor of its buffer
-        (-1 for a model input)."""
-        if self._written is None:
-            self._written = {self.plan.base(w).id: k for k, step in enumerate(self.plan.steps) for w in step.writes()}
-        return self._written.get(self.plan.base(tid).id, -1)
+    def checkpoints(self, checks: list[list[str]]) -> tuple[dict[int, list[int]], dict[str, int]]:
+        """When to look at each check (a list of tensor ids: the one it judges first, then those it also reads)
+        in a `run` that drops dead buffers: ({step index: the checks due after it}, `hold`). A check is due
+        after the last step writing any tensor of its first tensor's buffer (its bytes are then all written;
+        a model input's is due after step 0), and every tensor it reads is held until then."""
+        written = {self.plan.base(w).id: k for k, step in enumerate(self.plan.steps) for w in step.writes()}
+        due: dict[int, list[int]] = {}
+        hold: dict[str, int] = {}
+        for n, tids in enumerate(checks):
+            at = max(0, written.get(self.plan.base(tids[0]).id, -1))
+            due.setdefault(at, []).append(n)
+            for tid in tids:
+                hold[tid] = max(hold.get(tid, -1), at)
+        return due, hold
 
     def _slice_view(self, buffer: np.ndarray, tid: str) -> np.ndarray:
         """A slice's elements as a [rows, width] strided view of its base's (contiguous) buffer, rows strided
