@@ -30,8 +30,9 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     used: it is compared as it was compiled). `data` defaults to `calib`; both take the same forms as
     `compile`'s `calib`. `limits` overrides size limits as in `compile` (e.g. {"data_samples": 10}); they
     apply to `data` too. Pass the result to `compiled.write(OUT, diff=...)` to put it in the reports.
-    `workers` local processes (None: every core) or Ray actors (`ray`: a cluster address or "auto") compare
-    the samples, with the same result for any number; `progress(n, total)` is called as n more are done.
+    `workers` local processes (None: every core; one for a model over the `activation_bytes` limit) or Ray
+    actors (`ray`: a cluster address or "auto") compare the samples, with the same result for any number;
+    `progress(n, total)` is called as n more are done.
     Polygraphy-style checks: `atol`/`rtol` (a number, or {output: number}) check every output value
     elementwise, |ref - int8| <= atol + rtol*|ref|, against `load_outputs` (a file `save_outputs` wrote in
     an earlier diff; without a tolerance the check is exact) or else against fp32; a value outside fails.

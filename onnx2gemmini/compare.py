@@ -23,14 +23,14 @@ from .data import Dataset
 from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name
-from .metrics import cosine, sqnr_db, top1_agreement
+from .metrics import blocks, cosine, sqnr_db, top1_agreement
 from . import kernels
 from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_explained, resadd_mismatch_rate,
                        resadd_tolerance)
 from .parallel import map_ordered
 from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
-from .segments import Pieces, Taker
+from .segments import Pieces, Taker, activation_bytes, fits
 from .tolerance import EXACT, Tolerance
 
 
@@ -219,11 +219,16 @@ class _Checker:
         t = self.plan.tensors[self.holders[onnx_name]]
         return to_onnx_layout(t, self.emulator.get(buffers, t.id))
 
-    def explained(self, buffers, layer: _Layer, diff: np.ndarray) -> int:
-        """A resadd layer's mismatches at positions its input rounding explains (numerics.resadd_explained)."""
+    def resadd_inputs(self, buffers, layer: _Layer, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """A resadd layer's two stored int8 inputs, broadcast to its output's `shape` (views)."""
+        names = (self.plan.tensors[t].onnx_name for t in (layer.resadd.A, layer.resadd.B))
+        return tuple(np.broadcast_to(self.stored_value(buffers, n), shape) for n in names)
+
+    def explained(self, layer: _Layer, qa: np.ndarray, qb: np.ndarray, diff: np.ndarray) -> int:
+        """A resadd layer's mismatches at positions its input rounding explains (numerics.resadd_explained),
+        in one block of its output (qa, qb: its inputs' values there)."""
         step, quant = layer.resadd, self.quant
         a_name, b_name = (self.plan.tensors[t].onnx_name for t in (step.A, step.B))
-        qa, qb = (np.broadcast_to(self.stored_value(buffers, n), diff.shape) for n in (a_name, b_name))
         may = resadd_explained(qa, qb, quant.scales[a_name], quant.scales[b_name], quant.scales[layer.tensor],
                                step.A_scale, step.B_scale, step.C_scale)
         return int(np.count_nonzero((diff != 0) & may))
@@ -277,20 +282,30 @@ class _Checker:
             q = self.stored_value(buffers, src)
             feed[name] = q if q.dtype == np.float32 else q.astype(np.float32) * quant.value_scales(src, q.ndim)
         gold_layer = run(sess, [layer.tensor], feed)[0]
-        if holder.dtype == "float32":  # a float32 model output (or its activation)
-            diff = float_distance(ours, gold_layer, self.units[holder.id])
-            mine = ours.astype(np.float64).ravel()
-        else:
-            ours = ours.astype(np.int32)
-            scale = quant.value_scales(layer.tensor, ours.ndim)
-            to_int = quantize_accumulator if holder.dtype == "int32" else quantize  # a full_C matmul's
-            diff = np.abs(ours - to_int(gold_layer, scale).astype(np.int32))
-            mine = (ours.astype(np.float32) * scale).astype(np.float64).ravel()
-        explained = self.explained(buffers, layer, diff) if layer.resadd is not None else 0
-        ref = np.asarray(ref, np.float64).ravel()
-        return (int(diff.max()) if diff.size else 0, int(np.count_nonzero(diff)), diff.size, explained,
-                float(np.dot(ref, ref)), float(np.dot(ref - mine, ref - mine)), float(np.dot(ref, mine)),
-                float(np.dot(mine, mine)))
+        shape = ours.shape
+        ref = np.asarray(ref).reshape(shape)
+        scale = None if holder.dtype == "float32" else np.broadcast_to(quant.value_scales(layer.tensor, len(shape)),
+                                                                         shape)
+        to_int = quantize_accumulator if holder.dtype == "int32" else quantize  # a full_C matmul's
+        inputs = self.resadd_inputs(buffers, layer, shape) if layer.resadd is not None else None
+        worst = mismatches = explained = 0
+        sums = np.zeros(4)
+        for ix in blocks(shape):  # a large layer's float64 temporaries one block at a time
+            if scale is None:  # a float32 model output (or its activation)
+                diff = float_distance(ours[ix], gold_layer[ix], self.units[holder.id])
+                mine = ours[ix].astype(np.float64).ravel()
+            else:
+                got = ours[ix].astype(np.int32)
+                diff = np.abs(got - to_int(gold_layer[ix], scale[ix]).astype(np.int32))
+                mine = (got.astype(np.float32) * scale[ix]).astype(np.float64).ravel()
+            if diff.size:
+                worst = max(worst, int(diff.max()))
+            mismatches += int(np.count_nonzero(diff))
+            if inputs is not None:
+                explained += self.explained(layer, inputs[0][ix], inputs[1][ix], diff)
+            r = np.asarray(ref[ix], np.float64).ravel()
+            sums += (np.dot(r, r), np.dot(r - mine, r - mine), np.dot(r, mine), np.dot(mine, mine))
+        return (worst, mismatches, int(np.prod(shape, dtype=np.int64)), explained, *map(float, sums))
 
 
 def _checker(payload: tuple) -> _Checker:
@@ -309,7 +324,8 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
              progress=None, checks: "OutputChecks | None" = None, save_to=None) -> dict:
     """Compare over every sample of `data`; returns the CONTRACTS.md `diff --json` document.
 
-    `workers` local processes (None: every core, but none for less than MACS_PER_WORKER of work each) or,
+    `workers` local processes (None: every core, but none for less than MACS_PER_WORKER of work each, and
+    one for a model whose activations exceed the `activation_bytes` limit: it is checked in pieces) or,
     with `ray` (an address or "auto"), Ray actors compare
     the samples; their results are folded in sample order, so the document is the same, bit for bit, for
     any number of workers. `progress(n, total)` is called as n more of the `total` samples are done.
@@ -326,7 +342,11 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     report = None if progress is None else (lambda n: progress(n, len(samples)))
     macs = sum(step_macs(step, compiled.plan) for step in compiled.plan.steps)
     per_worker = max(1, math.ceil(MACS_PER_WORKER / max(macs, 1)))
-    for result in map_ordered(_checker, _payload(compiled), samples, workers, ray, progress=report,
+    payload = _payload(compiled)
+    if workers is None and ray is None and len(samples) > per_worker \
+            and not fits(activation_bytes(build_float(compiled.graph)), payload[1]):
+        workers = 1  # a model checked in pieces fills the activation limit in each process: one at a time
+    for result in map_ordered(_checker, payload, samples, workers, ray, progress=report,
                               per_worker=per_worker):
         for name, o in result["outputs"].items():
             st = stats[name]

@@ -2,8 +2,30 @@
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 import numpy as np
+
+BLOCK_ELEMENTS = 1 << 22  # 4M values: a block's float64 temporaries are tens of MB, not GB
+
+
+def blocks(shape: tuple[int, ...], limit: int = BLOCK_ELEMENTS) -> Iterator[tuple]:
+    """Index tuples that cut an array of `shape` into consecutive blocks of at most about `limit` values
+    (ranges along one axis, whole along the axes after it). A per-layer comparison of a transformer's
+    attention scores (800 MB at 4096 tokens) would otherwise hold several GB of float64 temporaries; its
+    sums are taken block by block instead."""
+    size = math.prod(shape)
+    if size <= limit:
+        yield (Ellipsis,)
+        return
+    axis, inner = len(shape) - 1, 1  # ranges along `axis`; `inner` values per index of it
+    while axis > 0 and inner * shape[axis] <= limit:
+        inner *= shape[axis]
+        axis -= 1
+    step = max(1, limit // inner)
+    for outer in np.ndindex(*shape[:axis]):
+        for start in range(0, shape[axis], step):
+            yield outer + (slice(start, start + step),)
 
 
 def sqnr_db(ref: np.ndarray, x: np.ndarray) -> float | None:

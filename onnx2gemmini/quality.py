@@ -15,6 +15,7 @@ import numpy as np
 
 from .data import Dataset
 from .golden import build_float
+from .metrics import blocks
 from .run.emulator import Emulator
 from .segments import Pieces, Taker
 
@@ -64,14 +65,16 @@ def from_calibration(compiled, data: Dataset | None, samples: int = STATS_SAMPLE
 
         def visit(k: int, buffers) -> None:
             for name in (names[n] for n in due.get(k, ())):
-                ref = taker.take(name)
                 t = plan.tensors[holders[name]]
-                ours = emulator.get(buffers, t.id).astype(np.float64) * np.asarray(t.scales(), np.float64)
-                ours = ours.transpose(0, 3, 1, 2) if t.layout == "NHWC" else ours
-                ref = np.asarray(ref, np.float64).ravel()
-                ours = ours.ravel()
-                signal[name] += float(np.dot(ref, ref))
-                noise[name] += float(np.dot(ref - ours, ref - ours))
+                ours = emulator.get(buffers, t.id)
+                ref = np.asarray(taker.take(name))
+                ref = ref.transpose(0, 2, 3, 1) if t.layout == "NHWC" else ref.reshape(ours.shape)
+                scales = np.broadcast_to(np.asarray(t.scales(), np.float64), ours.shape)
+                for ix in blocks(ours.shape):  # a large layer's float64 temporaries one block at a time
+                    mine = (ours[ix].astype(np.float64) * scales[ix]).ravel()
+                    r = np.asarray(ref[ix], np.float64).ravel()
+                    signal[name] += float(np.dot(r, r))
+                    noise[name] += float(np.dot(r - mine, r - mine))
 
         emulator.run(sample, visit=visit, hold=hold)
     rows = [{"name": name, "op": op, "sqnr_db": _sqnr(signal[t], noise[t]), "mismatches": None,

@@ -57,7 +57,7 @@ class Pieces:
         infos = _value_infos(model)
         sizes = _sizes(infos)
         total = _total_bytes(model, sizes)
-        if HANDOVER * total <= self.budget:
+        if fits(total, self.budget):
             self.pieces = [Piece(list(model.graph.node), [i.name for i in model.graph.input],
                                  list(dict.fromkeys(model_outputs + self.wanted)), total)]
             self.pieces[0].sess = session(model, self.wanted)
@@ -215,6 +215,16 @@ def _sizes(infos: dict[str, onnx.ValueInfoProto]) -> dict[str, int]:
             itemsize = 4
         sizes[name] = math.prod(d.dim_value for d in t.shape.dim) * max(itemsize, 4)
     return sizes
+
+
+def fits(total: int, budget: int) -> bool:
+    """Whether values of `total` bytes run as one piece within `budget` (held twice as a run returns)."""
+    return HANDOVER * total <= budget
+
+
+def activation_bytes(model: onnx.ModelProto) -> int:
+    """The float model's values of one sample together, by shape inference (what `Pieces` weighs)."""
+    return _total_bytes(model, _sizes(_value_infos(model)))
 
 
 def _total_bytes(model: onnx.ModelProto, sizes: dict[str, int]) -> int:

@@ -4,11 +4,13 @@ import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from onnx import helper
 
 import onnx2gemmini as o2g
 from onnx2gemmini import segments
 from onnx2gemmini.errors import ModelError, UsageError
+from onnx2gemmini.metrics import blocks
 from onnx2gemmini.quant.calibrate import float_tensors
 from onnx2gemmini.run.emulator import Emulator
 from onnx2gemmini.segments import Pieces, Taker
@@ -194,3 +196,63 @@ def test_a_check_is_due_when_its_bytes_are_written_and_holds_what_it_reads():
     due, hold = emulator.checkpoints([[last, first_input], [first_input]])
     assert written[last] > 0 and due == {written[last]: [0], 0: [1]}
     assert hold[first_input] == written[last]  # read by the late check: held until it is due
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=4), st.integers(1, 60))
+def test_blocks_cover_every_value_once_within_the_limit(shape, limit):
+    shape = tuple(shape)
+    seen = np.zeros(shape, np.int32)
+    for ix in blocks(shape, limit):
+        assert seen[ix].size <= limit
+        seen[ix] += 1
+    assert (seen == 1).all()
+
+
+def test_large_layers_are_compared_block_by_block_with_the_same_result(monkeypatch):
+    """diff's per-layer comparison and the report's per-layer SQNR cut a layer into blocks (a transformer's
+    attention scores would otherwise need GB of float64 temporaries): the counts are the same and the sums
+    the same up to float64 rounding, with blocks of a few values as with one block per layer."""
+    from onnx2gemmini import compare, metrics, quality
+    model = residual_model()
+    compiled = o2g.compile(model, calib=random_dataset(model, 4))
+    data = random_dataset(model, 2, seed=9)
+    whole = o2g.diff(compiled, data)
+    report = quality.from_calibration(compiled, data)
+    cut = []
+
+    def small(shape):
+        cut.append(shape)
+        return metrics.blocks(shape, 7)
+    monkeypatch.setattr(compare, "blocks", small)
+    monkeypatch.setattr(quality, "blocks", small)
+    blockwise = o2g.diff(compiled, data)
+    assert cut and all(np.prod(shape) > 7 for shape in cut)
+    assert any(layer["op"] == "Add" for layer in whole["layers"])  # a resadd's explained mismatches too
+    for a, b in zip(whole["layers"], blockwise["layers"]):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            assert b[key] == (pytest.approx(value, rel=1e-9) if isinstance(value, float) else value), key
+    assert whole["verdict"] == blockwise["verdict"]
+    cut.clear()
+    for a, b in zip(report["layers"], quality.from_calibration(compiled, data)["layers"]):
+        assert b["sqnr_db"] == pytest.approx(a["sqnr_db"], rel=1e-9)
+    assert cut
+
+
+def test_a_diff_over_the_limit_runs_in_one_process_by_default(monkeypatch):
+    """Each process checking a model in pieces fills the activation limit: by default diff runs one."""
+    from onnx2gemmini import compare
+    asked = []
+    real = compare.map_ordered
+
+    def spy(setup, payload, items, workers, *args, **kwargs):
+        asked.append(workers)
+        return real(setup, payload, items, 1, *args, **kwargs)
+    monkeypatch.setattr(compare, "map_ordered", spy)
+    monkeypatch.setattr(compare, "MACS_PER_WORKER", 1)
+    compiled = o2g.compile(BUNDLED, calib=CALIB)
+    o2g.diff(compiled, CALIB, workers=None)
+    o2g.diff(compiled, CALIB, workers=None, limits={"activation_bytes": "40K"})
+    o2g.diff(compiled, CALIB, workers=2, limits={"activation_bytes": "40K"})
+    assert asked == [None, 1, 2]
