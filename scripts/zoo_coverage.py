@@ -79,11 +79,14 @@ def find(name: str, from_timm: bool) -> zoo.Arch:
     return next(a for a in zoo.torchvision_families() if a.name == name)
 
 
-def run_one(name: str, source: str, out: dict) -> None:
+def run_one(name: str, source: str, out: dict, samples: tuple[int, int] | None = None) -> None:
     """Export, compile, diff; fills `out` (a Manager dict) as it goes. `source`: torchvision, timm or
-    transformers."""
+    transformers; `samples`: (calibration, diff) samples instead of the source's defaults."""
+    if samples is not None:
+        out.update(samples=list(samples))
     if source == "transformers":
-        return run_transformers(name, out)
+        return run_transformers(name, out, samples or (8, 4))
+    calib_n, diff_n = samples or (8, 2)
     from_timm = source == "timm"
     arch = find(name, from_timm)
     if callable(arch.shape):
@@ -104,10 +107,11 @@ def run_one(name: str, source: str, out: dict) -> None:
                 out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
                 return
         out.update(input="x".join(map(str, arch.shape[2:])))
-        compile_and_diff(path, {"x": zoo.calibration(arch, 8, 0)}, {"x": zoo.calibration(arch, 2, 1)}, out, start)
+        compile_and_diff(path, {"x": zoo.calibration(arch, calib_n, 0)}, {"x": zoo.calibration(arch, diff_n, 1)},
+                         out, start)
 
 
-def run_transformers(name: str, out: dict) -> None:
+def run_transformers(name: str, out: dict, samples: tuple[int, int]) -> None:
     model = zoo_transformers.find(name)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -116,9 +120,9 @@ def run_transformers(name: str, out: dict) -> None:
         except Exception as exc:  # noqa: BLE001 - a row of the table
             out.update(status="export failed", detail=str(exc).splitlines()[0][:160])
             return
-        calib = zoo_transformers.inputs(model, 8, 0)
+        calib = zoo_transformers.inputs(model, samples[0], 0)
         out.update(input=", ".join(f"{k} {'x'.join(map(str, v.shape[2:]))}" for k, v in calib.items()))
-        compile_and_diff(path, calib, zoo_transformers.inputs(model, 4, 1), out, start)
+        compile_and_diff(path, calib, zoo_transformers.inputs(model, samples[1], 1), out, start)
 
 
 def compile_and_diff(path: Path, calib: dict, data: dict, out: dict, start: float) -> None:
@@ -145,7 +149,8 @@ def compile_and_diff(path: Path, calib: dict, data: dict, out: dict, start: floa
                seconds=round(time.perf_counter() - start, 1))
 
 
-def sweep(archs: list, timeout: float, source: str, jobs: int = 1) -> list[dict]:
+def sweep(archs: list, timeout: float, source: str, jobs: int = 1,
+          samples: tuple[int, int] | None = None) -> list[dict]:
     """Each architecture in its own spawned process, `jobs` at a time; rows in the architectures' order."""
     rows: list[dict | None] = [None] * len(archs)
     with multiprocessing.Manager() as manager:
@@ -156,7 +161,7 @@ def sweep(archs: list, timeout: float, source: str, jobs: int = 1) -> list[dict]
                 i, arch = queue.pop(0)
                 out = manager.dict(status="crashed")
                 process = multiprocessing.get_context("spawn").Process(target=run_one,
-                                                                       args=(arch.name, source, out))
+                                                                       args=(arch.name, source, out, samples))
                 process.start()
                 running.append((i, process, time.monotonic(), out))
             time.sleep(0.5)
@@ -184,6 +189,8 @@ def markdown(rows: list[dict]) -> str:
         share = f"{r['gemmini_share']:.1%}" if "gemmini_share" in r else ""
         steps = f"{r['cpu_steps']} / {r['steps']}" if "steps" in r else ""
         result = r["status"] if r["status"] == "compiled" else f"{r['status']}: {r.get('detail', '')}"
+        if "samples" in r:
+            result += f" ({r['samples'][0]} calibration samples, {r['samples'][1]} compared)"
         sqnr = f"{r['sqnr']:.1f}" if "sqnr" in r else ""
         cells = [r["name"], r["family"], r.get("input", ""), result, share, steps, r.get("diff", ""), sqnr]
         lines.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
@@ -201,14 +208,17 @@ def main() -> None:
     parser.add_argument("--update", action="store_true",
                         help="with --markdown: replace only the measured models' rows of the page's table")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--samples", help="CALIB,DIFF: calibration and diff samples instead of the defaults "
+                        "(8 and 2; 8 and 4 for transformers), said in the rows")
     args = parser.parse_args()
+    samples = tuple(int(n) for n in args.samples.split(",")) if args.samples else None
     source = "timm" if args.timm else "transformers" if args.transformers else "torchvision"
     archs = [timm_arch(n) for n in timm_families()] if args.timm else zoo_transformers.MODELS \
         if args.transformers else zoo.torchvision_families()
     if args.only:
         keep = set(args.only.split(","))
         archs = [a for a in archs if a.name in keep]
-    rows = sweep(archs, args.timeout, source, max(1, args.jobs))
+    rows = sweep(archs, args.timeout, source, max(1, args.jobs), samples)
     compiled = sum(r["status"] == "compiled" for r in rows)
     passed = sum(r.get("diff") == "PASSED" for r in rows)
     print(f"\n{compiled} of {len(rows)} compile; {passed} pass diff")
