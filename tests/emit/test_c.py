@@ -195,8 +195,9 @@ def all_tensors_plan(plan):
 def test_files_layout_and_banner(digits):
     files = sorted(str(p.relative_to(digits.c_dir)) for p in digits.c_dir.rglob("*") if p.is_file()
                    and not p.name.startswith("model-") and p.name != "model")
-    assert files == ["Makefile", "host/gemmini.h", "main.c", "model.c", "model.h", "model_config.h", "o2g_htif.c",
-                     "o2g_runtime.c", "o2g_runtime.h", "o2g_selftest.h", "selftest.c", "selftest_checks.inc",
+    assert files == ["Makefile", "host/gemmini.h", "host_flags.stamp", "main.c", "model.c", "model.h",
+                     "model_config.h", "o2g_htif.c", "o2g_runtime.c", "o2g_runtime.h", "o2g_runtime.o",
+                     "o2g_selftest.h", "selftest.c", "selftest_checks.inc",
                      "selftest_data.S", "selftest_data.bin", "selftest_data.c", "selftest_layers.S",
                      "selftest_layers.bin", "selftest_mode_0.stamp", "weights.S", "weights.bin"]
     for name in ("model.c", "model.h", "model_config.h", "main.c", "selftest.c", "selftest_data.c", "weights.S"):
@@ -448,6 +449,27 @@ def test_plain_make_in_a_fresh_output_folder_builds_model(tmp_path):
     assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
     assert (out / "c" / "model").is_file() and os.access(out / "c" / "model", os.X_OK)
     assert not list((out / "c").glob("selftest_mode_*.stamp")) and not (out / "c" / "model-selftest").exists()
+
+
+def test_the_runtime_object_is_shared_and_rebuilt_when_the_flags_change(tmp_path):
+    """model and model-selftest link one o2g_runtime.o; the same make again compiles nothing, other CFLAGS
+    compile the runtime again (a stale object built with other flags would be linked otherwise)."""
+    out = o2g.compile(ROOT / "models" / "digits_cnn.onnx", calib=ROOT / "models" / "digits_calib.npz",
+                      num_calib=8).write(tmp_path / "out", emit=("c",))
+    c_dir = out / "c"
+
+    def make(*args) -> str:
+        run = subprocess.run(["make", "model", "model-selftest", *args], cwd=c_dir, capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "CC": os.environ.get("CC", "cc")})
+        assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
+        return run.stdout
+    first = make()
+    assert first.count("-c -o o2g_runtime.o o2g_runtime.c") == 1 and "o2g_runtime.o" in first.split("-o model ")[1]
+    assert "o2g_runtime.c" not in make()  # up to date
+    again = make("CFLAGS=-O1")
+    assert again.count("-c -o o2g_runtime.o o2g_runtime.c") == 1 and "-O1" in again
+    assert "PASS (exact)" in subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, text=True,
+                                            timeout=60).stdout
 
 
 def test_outputs_after_libm_kernels_are_compared_within_their_budget():
