@@ -9,6 +9,7 @@ through func-to-llvm's C interface into onnx2gemmini/runtime/o2g_mlir_abi.c and 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import multiprocessing
 import os
 import re
@@ -49,10 +50,36 @@ def missing_symbols(text: str, lib: Path) -> list[str]:
     return sorted(sym for sym in set(declared) if not hasattr(so, "_mlir_ciface_" + sym))
 
 
+_OBJECTS: dict[tuple, Path] = {}
+_OBJECT_DIR = tempfile.TemporaryDirectory(prefix="o2g_objects_")
+
+
+def compiled(source: Path, *flags: str) -> Path:
+    """`source` compiled alone (-c) with CFLAGS + `flags`, once per process for the same text, the same
+    headers beside it and the same flags: the runtime is the same for every module, and compiling it is
+    most of a program's build (a compiler cache such as ccache also shares it across processes)."""
+    text, todo, seen = hashlib.sha256(), [source], set()
+    while todo:  # the source and the files beside it that it #includes, and theirs
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        data = path.read_bytes()
+        text.update(path.name.encode() + data)
+        todo += [path.parent / name.decode() for name in re.findall(rb'#include "([^"]+)"', data)]
+    key = (text.hexdigest(), source.name, flags)
+    if key not in _OBJECTS:
+        obj = Path(_OBJECT_DIR.name) / f"{len(_OBJECTS)}_{source.stem}.o"
+        subprocess.run([CC, *CFLAGS, *flags, "-c", str(source), "-o", str(obj)], check=True, capture_output=True,
+                       text=True)
+        _OBJECTS[key] = obj
+    return _OBJECTS[key]
+
+
 def build_runtime(out_dir: Path) -> Path:
     """The C side as a shared library: the MLIR ABI adapter, the CPU runtime, the host tile ops."""
     lib = out_dir / "libo2g_mlir_host.so"
-    subprocess.run([CC, *CFLAGS, "-shared", "-fPIC", *map(str, SOURCES), "-lm", "-o", str(lib)],
+    subprocess.run([CC, *CFLAGS, "-shared", *(str(compiled(s, "-fPIC")) for s in SOURCES), "-lm", "-o", str(lib)],
                    check=True, capture_output=True, text=True)
     return lib
 
@@ -205,7 +232,7 @@ def build_program(text: str, lib: Path, input_shapes, output_shapes, out_dir: Pa
     main = out_dir / "main.c"
     main.write_text(main_c(input_shapes, output_shapes))
     exe = out_dir / "model"
-    subprocess.run([CC, *CFLAGS, str(main), str(obj), *map(str, SOURCES), "-lm", "-o", str(exe)],
+    subprocess.run([CC, *CFLAGS, str(main), str(obj), *(str(compiled(s)) for s in SOURCES), "-lm", "-o", str(exe)],
                    check=True, capture_output=True, text=True)
     return exe
 
@@ -225,11 +252,13 @@ def build_selftest(text: str, lib: Path, program_dir: Path, check_layers: bool) 
     this host: `text` (../model.mlir or model_checked.mlir, as its Makefile picks) lowered here with the host
     tile ops, linked with the emitted runtime copies in `program_dir`."""
     obj = _object_file(text, lib, program_dir)
-    sources = ["o2g_mlir_selftest.c", "selftest_data.S", "o2g_mlir_abi.c", "o2g_runtime.c"]
-    sources += ["selftest_layers.S"] if check_layers else []
+    sources = ["o2g_mlir_selftest.c", "selftest_data.S"] + (["selftest_layers.S"] if check_layers else [])
+    # the emitted runtime copies (they read no per-model file) and the host tile ops: compiled once per process
+    shared = [compiled(program_dir / "o2g_mlir_abi.c"), compiled(program_dir / "o2g_runtime.c"),
+              compiled(HERE / "host_tile_ops.c")]
     exe = program_dir / ("model-layers" if check_layers else "model")
     subprocess.run([CC, *CFLAGS, f"-DO2G_CHECK_LAYERS={int(check_layers)}", f"-I{program_dir}",
-                    f"-Wa,-I,{program_dir}", *(str(program_dir / s) for s in sources), str(HERE / "host_tile_ops.c"),
+                    f"-Wa,-I,{program_dir}", *(str(program_dir / s) for s in sources), *map(str, shared),
                     str(obj), "-lm", "-o", str(exe)], check=True, capture_output=True, text=True)
     return exe
 
