@@ -32,6 +32,7 @@ class Limits:
     activation_bytes: int = 8 * GiB  # activations of one sample held at once, copies included (past it: pieces)
     data_bytes: int = 2 * GiB        # calibration or evaluation data as loaded (at least float32 per value)
     data_samples: int = 1_000_000    # calibration or evaluation samples
+    layer_check_bytes: int = 256 * MiB  # CHECK_LAYERS=1's expected values; past it, only the first steps'
 
     def replace(self, **values: int) -> "Limits":
         return dataclasses.replace(self, **values)
@@ -44,6 +45,7 @@ DESCRIPTIONS = {
     "activation_bytes": "activations of one sample held at once (a larger model runs in pieces that fit)",
     "data_bytes": "calibration or evaluation data as loaded",
     "data_samples": "calibration or evaluation samples",
+    "layer_check_bytes": "the self-test's values of every step (CHECK_LAYERS=1; past it, of the first steps)",
 }
 COUNTS = ("max_dim", "data_samples")  # the other limits are in bytes
 NAMES = tuple(f.name for f in dataclasses.fields(Limits))

@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 
 from .errors import UsageError
-from . import quality
+from . import limits, quality
 from .emit.report import build_report, report_json, report_markdown, timing_entry
 from .outdir import check_output_dir, replace_dir
 
@@ -54,18 +54,24 @@ def _emit_all(compiled, tree: Path, emit: tuple[str, ...], diff: dict | None = N
     if "qdq" in emit:
         from .golden import build_qdq
         onnx.save(build_qdq(compiled.graph, compiled.quant, compiled.plan.model_name), tree / "model.qdq.onnx")
-    if "c" in emit:
-        from .run.selftest import selftest_case
-        from .emit.c import write_c
-        write_c(compiled.plan, tree / "c", *selftest_case(compiled.plan, compiled.selftest_sample), compiled.command)
-    if "mlir" in emit:
-        from .emit.mlir import write_mlir
-        from .emit.mlir_program import write_mlir_program
-        from .run.selftest import selftest_case
-        from .slices import densify
-        write_mlir(compiled.plan, tree / "model.mlir", compiled.command)
-        sample, expected = selftest_case(densify(compiled.plan), compiled.selftest_sample)
-        write_mlir_program(compiled.plan, tree / "mlir", sample, expected, compiled.command)
+    with limits.applied(compiled.limits):  # layer_check_bytes bounds the self-tests' per-step values
+        if "c" in emit:
+            from .emit.c import write_c
+            from .emit.checks import checked_tensors
+            from .run.selftest import selftest_case
+            plan = compiled.plan
+            write_c(plan, tree / "c", *selftest_case(plan, compiled.selftest_sample, checked_tensors(plan)),
+                    compiled.command)
+        if "mlir" in emit:
+            from .emit.mlir import step_checks, write_mlir
+            from .emit.mlir_program import write_mlir_program
+            from .run.selftest import selftest_case
+            from .slices import densify
+            write_mlir(compiled.plan, tree / "model.mlir", compiled.command)
+            dense = densify(compiled.plan)
+            wanted = {c.tensor for c in step_checks(compiled.plan)} | set(dense.outputs) | set(compiled.plan.outputs)
+            sample, expected = selftest_case(dense, compiled.selftest_sample, wanted)
+            write_mlir_program(compiled.plan, tree / "mlir", sample, expected, compiled.command)
     timing["emit_s"] = time.perf_counter() - t
     t = time.perf_counter()
     measured = quality.from_diff(diff) if diff is not None else quality.from_calibration(compiled,

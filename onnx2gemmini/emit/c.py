@@ -32,7 +32,7 @@ from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resad
 from ..tolerance import EXACT
 from .banner import banner_lines
 from .c_kernels import CpuPrinter, c_float
-from .checks import Check, selftest_checks
+from .checks import Check, layer_checks, layers_title, selftest_checks
 from .names import c_comment, c_identifier, c_string, makefile_comment, unique_identifiers
 
 GEMMINI_VERSION = "ucb-bar/gemmini-rocc-tests branch dev, commit 180c468 (2023-10-07)"
@@ -494,7 +494,8 @@ class CProgram:
         step's, for CHECK_LAYERS=1) and selftest_checks.inc (the check tables, compiled into model.c)."""
         plan, p = self.plan, self.p
         inputs = [(f"{p}_sample_input_{i}", sample_input(plan, tid, sample)) for i, tid in enumerate(plan.inputs)]
-        default, layers = selftest_checks(plan, False), selftest_checks(plan, True)
+        default, every = selftest_checks(plan, False), selftest_checks(plan, True)
+        layers = layer_checks(plan, every)
 
         def values(prefix: str, checks: list[Check]):
             return [(f"{p}_{prefix}_{k}", np.asarray(expected[c.tensor], check_dtype(plan, c)).reshape(-1))
@@ -507,8 +508,7 @@ class CProgram:
                                              "emulator's values of the checked tensors", "selftest_data.bin",
                                              dtable).encode(),
             "selftest_layers.bin": layer_data,
-            "selftest_layers.S": incbin_source(self.banner, "selftest_layers.S: the emulator's value of every "
-                                               "step's output (CHECK_LAYERS=1)", "selftest_layers.bin",
+            "selftest_layers.S": incbin_source(self.banner, layers_title(every, layers), "selftest_layers.bin",
                                                ltable).encode(),
             "selftest_data.c": self.selftest_data_c(dtable[:len(inputs)]).encode(),
             "selftest_checks.inc": self.checks_inc(default, dtable[len(inputs):], layers, ltable).encode(),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from .. import limits
 from ..plan import CpuOp, Plan, Step
 from ..tolerance import EXACT, Tolerance
 
@@ -42,3 +45,36 @@ def selftest_checks(plan: Plan, every_step: bool) -> list[Check]:
     last = len(plan.steps) - 1
     checks += [Check(last, tid, EXACT) for tid in plan.outputs if tid not in seen]
     return checks
+
+
+def layer_checks(plan: Plan, every: list[Check]) -> list[Check]:
+    """`every` (the checks of every step, CHECK_LAYERS=1) within the `layer_check_bytes` limit: all of them
+    when their expected values fit; otherwise those of the first steps whose values fit, then only the
+    default checks (the inexact kernels' outputs, resynchronized, and the model outputs), so the self-test
+    still passes exactly. SAM's image encoder would otherwise embed 17 GiB of per-step values."""
+    budget, total = limits.current().layer_check_bytes, 0
+    for check in every:
+        t = plan.tensors[check.tensor]
+        total += int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+        if total > budget:
+            outputs = set(plan.outputs)
+            return [c for c in every if c.step < check.step or c.tolerance != EXACT or c.tensor in outputs]
+    return every
+
+
+def layers_title(every: list[Check], layers: list[Check]) -> str:
+    """selftest_layers.S's title: what its values are (every step's, or cut by layer_check_bytes)."""
+    if len(layers) == len(every):
+        return "selftest_layers.S: the emulator's value of every step's output (CHECK_LAYERS=1)"
+    kept = {id(c) for c in layers}
+    cut = next(c.step for c in every if id(c) not in kept)
+    return (f"selftest_layers.S: the emulator's value of the outputs of steps 0 to {cut - 1} and of the default "
+            f"checks after them (CHECK_LAYERS=1; every step's would exceed the layer_check_bytes limit of "
+            f"{limits.current().layer_check_bytes} bytes, --limit layer_check_bytes=N raises it)")
+
+
+def checked_tensors(plan: Plan) -> set[str]:
+    """The tensors whose emulator values the C self-test embeds (the default checks, CHECK_LAYERS=1's and
+    the model outputs): all run/selftest.expected_values needs to keep."""
+    checks = selftest_checks(plan, False) + layer_checks(plan, selftest_checks(plan, True))
+    return {c.tensor for c in checks} | set(plan.outputs)

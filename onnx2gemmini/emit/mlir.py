@@ -28,7 +28,7 @@ from ..errors import UnsupportedError
 from ..plan import Conv, Matmul, Plan, Step
 from ..slices import densify
 from .banner import banner_lines
-from .checks import Check, selftest_checks
+from .checks import Check, layer_checks, selftest_checks
 from .names import mlir_comment
 from .mlir_runtime import Arg, Array, RuntimeCall, runtime_calls
 from .mlir_text import (NUMPY_TYPES, SsaNames, bool_attr, dense, element_type, f32_attr,
@@ -82,12 +82,14 @@ def emit_mlir(plan: Plan, command: str = "", check_steps: bool = False) -> str:
     return _Module(dense, step_checks(plan) if check_steps else []).text(command)
 
 
-def step_checks(plan: Plan) -> list[Check]:
+def step_checks(plan: Plan, bounded: bool = True) -> list[Check]:
     """The checks of a module emitted with check_steps, in hook order: every step's outputs (steps and
-    tensor ids of the densified plan, whose expected values the harness needs). The hooks pass int8 memrefs:
-    a float32 model output is checked where @forward returns it."""
+    tensor ids of the densified plan, whose expected values the harness needs), within the
+    `layer_check_bytes` limit unless not `bounded` (checks.layer_checks). The hooks pass int8 memrefs: a
+    float32 model output is checked where @forward returns it."""
     dense = densify(plan)
-    return [c for c in selftest_checks(dense, every_step=True) if dense.tensors[c.tensor].dtype == "int8"]
+    every = [c for c in selftest_checks(dense, every_step=True) if dense.tensors[c.tensor].dtype == "int8"]
+    return layer_checks(dense, every) if bounded else every
 
 
 def write_mlir(plan: Plan, path: "str | Path", command: str = "") -> None:

@@ -23,7 +23,7 @@ from ..slices import densify
 from ..tolerance import EXACT
 from .banner import banner_lines
 from .c import blob, block_comment, c_prefix, check_dtype, incbin_source, sample_input
-from .checks import selftest_checks
+from .checks import layers_title, selftest_checks
 from .mlir import emit_mlir, lower_gemmini_options, step_checks
 from .names import c_string, makefile_comment
 
@@ -58,6 +58,7 @@ class _Program:
         self.plan, self.command = plan, command
         self.dense = densify(plan)
         self.hooks = step_checks(plan)                    # every hook of model_checked.mlir, in k order
+        self.every = step_checks(plan, bounded=False)
         self.default_hooks = [k for k, c in enumerate(self.hooks) if c.tolerance != EXACT]
         for check in selftest_checks(self.dense, False):  # outputs compared for equality when @forward returns
             if check.tensor in plan.outputs:
@@ -85,9 +86,8 @@ class _Program:
                                              "outputs for it and the values of the default checks",
                                              "selftest_data.bin", dtable).encode(),
             "selftest_layers.bin": layer_data,
-            "selftest_layers.S": incbin_source(self.banner, "selftest_layers.S: the emulator's value of every "
-                                               "step's output (CHECK_LAYERS=1)", "selftest_layers.bin",
-                                               ltable).encode(),
+            "selftest_layers.S": incbin_source(self.banner, layers_title(self.every, self.hooks),
+                                               "selftest_layers.bin", ltable).encode(),
         }
 
     def heap_bytes(self) -> int:

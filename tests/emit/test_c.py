@@ -18,6 +18,7 @@ import onnx
 import pytest
 
 import onnx2gemmini as o2g
+from onnx2gemmini import limits
 from onnx2gemmini.emit.c import GEMMINI_VERSION, c_files, write_c
 from onnx2gemmini.emit.c_kernels import c_float
 from onnx2gemmini.emit.checks import c_tolerance
@@ -184,6 +185,46 @@ def check_every_layer(workdir, name, compiled, sample=None) -> str:
 def test_check_layers_checks_every_step(workdir, digits):
     text = check_every_layer(workdir, "digits", digits.compiled)
     assert "PASS (exact)" in text
+
+
+@pytest.mark.parametrize("name", ["attention_matmuls", "gather_layernorm_broadcast_add"])
+def test_layer_checks_past_their_limit_keep_the_first_steps_and_still_pass(tmp_path, name):
+    """Every step's expected values past `layer_check_bytes` (SAM's would be 17 GiB): CHECK_LAYERS=1 checks
+    the first steps whose values fit and, after them, the default checks (libm kernels' outputs, each
+    resynchronized, and the model outputs); the self-test passes exactly as before, and the written output
+    holds only the values it checks (run/selftest.expected_values keeps nothing else)."""
+    from onnx2gemmini.emit.checks import layer_checks, selftest_checks
+    model = MODELS[name]()
+    compiled = o2g.compile(model, calib=random_dataset(model, 4, 0))
+    every = selftest_checks(compiled.plan, True)
+    first = compiled.plan.tensors[every[0].tensor]
+    budget = int(np.prod(first.shape)) * np.dtype(first.dtype).itemsize
+    compiled = dataclasses.replace(compiled, limits=compiled.limits.replace(layer_check_bytes=budget))
+    out = compiled.write(tmp_path / "out", emit=("c",)) / "c"
+    with limits.applied(compiled.limits):
+        bounded = layer_checks(compiled.plan, every)
+    assert len(bounded) < len(every) and any(c.tolerance != EXACT for c in bounded[1:])
+    assert "layer_check_bytes limit" in (out / "selftest_layers.S").read_text()
+    assert (out / "selftest_layers.S").read_text().count(".incbin") == len(bounded)
+    for layers in ("0", "1"):
+        hostc.build(out, ("model-selftest",), make_vars={"CHECK_LAYERS": layers})
+        assert "PASS (exact)" in selftest_output(out, ["./model-selftest"])
+        (out / "model-selftest").unlink()
+
+
+def test_the_self_test_keeps_only_the_values_it_checks():
+    """expected_values of some tensors, taken as each buffer completes while the emulator drops the rest,
+    equal the values of a run that keeps every buffer."""
+    model = MODELS["attention_matmuls"]()
+    plan = o2g.compile(model, calib=random_dataset(model, 4, 0)).plan
+    sample, every = selftest_case(plan)
+    emulator = Emulator(plan)
+    kept = emulator.run(sample, keep=True)
+    assert every.keys() == {t for s in plan.steps for t in s.writes()} | set(plan.outputs)
+    for tid, value in every.items():
+        np.testing.assert_array_equal(value, emulator.get(kept, tid))
+    some = sorted(every)[::3]
+    assert selftest_case(plan, sample, some)[1].keys() == set(some)
 
 
 def all_tensors_plan(plan):

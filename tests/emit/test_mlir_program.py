@@ -143,3 +143,29 @@ def test_the_heap_holds_every_buffer_of_a_call(tmp_path):
                                  module):
         allocated += int(np.prod([int(d) for d in dims.rstrip("x").split("x")])) * sizes[elem] + 128
     assert allocated > 0 and heap >= allocated
+
+
+@pytest.mark.parametrize("name", ["softmax", "concat_in_place"])
+def test_layer_checks_past_their_limit_keep_the_first_steps_and_still_pass(name, host_runtime, tmp_path):
+    """Every step's expected values past `layer_check_bytes` (SAM's would be 17 GiB): model_checked.mlir hooks
+    the first steps whose values fit and, after them, only the default checks (the libm kernels' outputs, each
+    resynchronized); its self-test passes as before, with and without CHECK_LAYERS."""
+    from onnx2gemmini import limits
+    plan = compiled_case(name)[1].plan
+    every = step_checks(plan, bounded=False)
+    dense = densify(plan)
+    first = dense.tensors[every[0].tensor]
+    budget = int(np.prod(first.shape)) * np.dtype(first.dtype).itemsize  # the first step's values only
+    with limits.applied({"layer_check_bytes": budget}):
+        bounded = step_checks(plan)
+        _, out = program(name, tmp_path)
+        text = (out / "model_checked.mlir").read_text()
+        title = (out / "selftest_layers.S").read_text()
+    assert len(bounded) < len(every) and bounded[0] == every[0]
+    assert [c for c in bounded[1:] if c.step > every[0].step] == \
+        [c for c in every if c.step > every[0].step and (c.tolerance.lsb or c.tensor in dense.outputs)]
+    assert text.count("@o2g_rt_check(") == len(bounded) + 1  # the calls and the declaration
+    assert "layer_check_bytes limit" in title
+    for check_layers in (False, True):
+        result = run(out, host_runtime, check_layers)
+        assert result.returncode == 0 and re.search(r"^PASS \(", result.stdout, re.M), result.stdout + result.stderr
