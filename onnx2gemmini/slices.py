@@ -11,11 +11,14 @@ so `densify` turns slices back into explicit copies for that back end.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from .cpu import Concat, Remap
 from .plan import Conv, CpuOp, Matmul, Plan, Step, Tensor, row_stride
+
+COMPACT_INDEX = 1 << 16  # a channel copy's index past this many positions runs on views (see _channel_copy)
 
 
 def is_slice(tensors: dict[str, Tensor], tid: str | None) -> bool:
@@ -161,15 +164,35 @@ def densify(plan: Plan) -> Plan:
     for tid in slices:
         if holds_data(tid):
             continue
-        t = plan.tensors[tid]
         first = next(k for k, s in enumerate(steps) if tid in s.reads())
-        maps = [list(range(t.offset, t.offset + t.shape[-1])) if a == len(t.shape) - 1 else list(range(n))
-                for a, n in enumerate(t.shape)]
-        steps.insert(first, CpuOp(steps[first].node, inputs=(t.slice_of,), outputs=(tid,),
-                                  params=Remap(tuple(i for m in maps for i in m)),
+        source, target, index = _channel_copy(plan, tensors, tid)
+        steps.insert(first, CpuOp(steps[first].node, inputs=(source,), outputs=(target,), params=Remap(index),
                                   reason="a channel slice read in place elsewhere: copied here"))
     steps = [restride_dense(s) if set(s.reads() + s.writes()) & set(slices) else s for s in steps]
     return dataclasses.replace(plan, tensors=tensors, steps=tuple(steps))
+
+
+def _channel_copy(plan: Plan, tensors: dict[str, Tensor], tid: str) -> tuple[str, str, tuple[int, ...]]:
+    """(input, output, Remap index) copying slice `tid` out of its parent. The index lists the positions
+    copied along each axis, so the last axis alone lists the slice's width; past COMPACT_INDEX (SAM's
+    attention heads: 16.7M, GBs as Python ints) the copy runs between views that split the last axis
+    into [n, b], b dividing the parent's width, the offset and the width, and lists w/b + b positions."""
+    t = plan.tensors[tid]
+    lead, width, parent = t.shape[:-1], t.shape[-1], plan.tensors[t.slice_of]
+    split = math.gcd(parent.shape[-1], t.offset, width)
+    b = max((d for d in range(1, math.isqrt(width) + 1) if split % d == 0), default=1) \
+        if width > COMPACT_INDEX else 1
+    if b == 1:
+        maps = [range(n) for n in lead] + [range(t.offset, t.offset + width)]
+        return t.slice_of, tid, tuple(i for m in maps for i in m)
+    views = []
+    for of, last in ((t.slice_of, parent.shape[-1]), (tid, width)):
+        view = f"{of}__by{b}"
+        tensors[view] = dataclasses.replace(tensors[of], id=view, onnx_name="", shape=lead + (last // b, b),
+                                            layout="plain", view_of=of, slice_of=None, offset=0)
+        views.append(view)
+    maps = [range(n) for n in lead] + [range(t.offset // b, (t.offset + width) // b), range(b)]
+    return views[0], views[1], tuple(i for m in maps for i in m)
 
 
 def restride_dense(step: Step) -> Step:

@@ -169,3 +169,28 @@ def test_layer_checks_past_their_limit_keep_the_first_steps_and_still_pass(name,
     for check_layers in (False, True):
         result = run(out, host_runtime, check_layers)
         assert result.returncode == 0 and re.search(r"^PASS \(", result.stdout, re.M), result.stdout + result.stderr
+
+
+def test_wide_channel_copies_run_on_views_with_short_indexes(host_runtime, tmp_path, monkeypatch):
+    """A read-only channel slice is copied by a Remap that lists every position it copies; a wide one (SAM's
+    attention heads: 16.7M positions, GBs as Python ints) runs between views splitting the last axis, and
+    lists far fewer. The module computes the same: the self-test passes, with and without CHECK_LAYERS."""
+    from onnx2gemmini import slices
+    from onnx2gemmini.cpu import Remap
+    from onnx2gemmini.run.emulator import Emulator
+    plan = compiled_case("attention_mask_input_causal")[1].plan
+    long = [s for s in slices.densify(plan).steps if isinstance(getattr(s, "params", None), Remap)]
+    monkeypatch.setattr(slices, "COMPACT_INDEX", 4)
+    dense = slices.densify(plan)
+    short = [s for s in dense.steps if isinstance(getattr(s, "params", None), Remap)]
+    assert len(short) == len(long) > 0
+    assert all(dense.tensors[s.outputs[0]].view_of for s in short)
+    assert sum(len(s.params.index) for s in short) < sum(len(s.params.index) for s in long)
+    sample = default_sample(plan)
+    want, got = Emulator(plan).run(sample), Emulator(dense).run(sample)
+    for tid in plan.outputs:
+        np.testing.assert_array_equal(got[tid], want[tid])
+    _, out = program("attention_mask_input_causal", tmp_path)
+    for check_layers in (False, True):
+        result = run(out, host_runtime, check_layers)
+        assert result.returncode == 0 and re.search(r"^PASS \(", result.stdout, re.M), result.stdout + result.stderr
