@@ -89,13 +89,16 @@ class SsaNames:
 
     def __init__(self):
         self.used: set[str] = set()
+        self.next: dict[str, int] = {}  # per hint, the suffix to try first: every smaller one is taken
 
     def fresh(self, hint: str) -> str:
         hint = re.sub(r"[^A-Za-z0-9_.$-]", "_", hint) or "v"
         if hint[0].isdigit():
             hint = "v" + hint
-        name, k = hint, 2
-        while name in self.used:
+        k = self.next.get(hint, 2)
+        name = hint if k == 2 else f"{hint}.{k}"
+        while name in self.used:  # names once taken stay taken: resuming at k finds what a scan from 2 would
             name, k = f"{hint}.{k}", k + 1
+        self.next[hint] = k
         self.used.add(name)
         return "%" + name
