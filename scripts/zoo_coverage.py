@@ -212,6 +212,8 @@ def main() -> None:
                         "(8 and 2; 8 and 4 for transformers), said in the rows")
     args = parser.parse_args()
     samples = tuple(int(n) for n in args.samples.split(",")) if args.samples else None
+    if samples is not None and (len(samples) != 2 or min(samples) < 1):
+        parser.error("--samples takes CALIB,DIFF: two positive counts")
     source = "timm" if args.timm else "transformers" if args.transformers else "torchvision"
     archs = [timm_arch(n) for n in timm_families()] if args.timm else zoo_transformers.MODELS \
         if args.transformers else zoo.torchvision_families()

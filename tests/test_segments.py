@@ -36,19 +36,18 @@ def residual_model():
     return infer_outputs(nodes, {"x": [1, 3, 16, 16]}, {k: v.astype(np.float32) for k, v in weights.items()})
 
 
-def total_bytes(model) -> int:
-    return segments._total_bytes(model, segments._sizes(segments._value_infos(model)))
 
 
 def test_pieces_give_the_whole_models_values_bit_for_bit():
     model = residual_model()
     every = float_tensors(model)
     whole = Pieces(model, every)
-    budget = total_bytes(model) * 4 // 5
+    budget = segments.activation_bytes(model) * 4 // 5
     pieces = Pieces(model, every, budget)
     assert whole.whole and len(pieces.pieces) >= 3
     assert all(segments.HANDOVER * p.nbytes <= budget for p in pieces.pieces)
-    assert not Pieces(model, every, segments.HANDOVER * total_bytes(model)).pieces[1:]  # what fits is one piece
+    fitting = segments.HANDOVER * segments.activation_bytes(model)
+    assert not Pieces(model, every, fitting).pieces[1:]  # what fits is one piece
     assert any("ar" in p.inputs for p in pieces.pieces[1:])  # the skip is carried to a later piece
     sample = random_dataset(model).sample(0)
     expected = dict(zip(every, whole.run(every, sample)))
@@ -65,7 +64,7 @@ def test_pieces_give_the_whole_models_values_bit_for_bit():
 def test_the_piece_sizes_are_the_values_they_hold():
     """A piece's nbytes (from the inferred shapes) is what it is fed plus what it computes, measured."""
     model = residual_model()
-    pieces = Pieces(model, float_tensors(model), total_bytes(model) * 4 // 5)
+    pieces = Pieces(model, float_tensors(model), segments.activation_bytes(model) * 4 // 5)
     sample = random_dataset(model).sample(0)
     carried = dict(sample)
     for piece in pieces.pieces:
@@ -78,7 +77,7 @@ def test_the_piece_sizes_are_the_values_they_hold():
 
 def test_taker_hands_values_in_any_order_once():
     model = residual_model()
-    pieces = Pieces(model, ["b", "s", "ar"], total_bytes(model) * 4 // 5)
+    pieces = Pieces(model, ["b", "s", "ar"], segments.activation_bytes(model) * 4 // 5)
     taker = Taker(pieces, random_dataset(model).sample(0))
     assert taker.take("s").shape == (1, 8, 16, 16)
     assert taker.take("ar").shape == (1, 8, 16, 16)  # computed earlier, kept until taken
@@ -153,7 +152,7 @@ def test_a_piece_runs_holding_only_what_it_reads(monkeypatch, how):
     read (and, for stream and take, nothing the reader has let go of): memory stays one piece deep."""
     import weakref
     model = residual_model()
-    pieces = Pieces(model, float_tensors(model), total_bytes(model) * 4 // 5)
+    pieces = Pieces(model, float_tensors(model), segments.activation_bytes(model) * 4 // 5)
     alive: dict[int, int] = {}
     held_at_start = []
     real = segments.ort_run

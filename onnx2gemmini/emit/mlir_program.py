@@ -23,7 +23,7 @@ from ..slices import densify
 from ..tolerance import EXACT
 from .banner import banner_lines
 from .c import blob, block_comment, c_prefix, check_dtype, incbin_source, sample_input
-from .checks import layers_title, selftest_checks
+from .checks import layer_checks, layers_title, selftest_checks
 from .mlir import emit_mlir, lower_gemmini_options, step_checks
 from .names import c_string, makefile_comment
 
@@ -57,8 +57,8 @@ class _Program:
     def __init__(self, plan: Plan, command: str):
         self.plan, self.command = plan, command
         self.dense = densify(plan)
-        self.hooks = step_checks(plan)                    # every hook of model_checked.mlir, in k order
-        self.every = step_checks(plan, bounded=False)
+        self.every = step_checks(plan, bounded=False)     # every step's check, before layer_check_bytes
+        self.hooks = layer_checks(self.dense, self.every)  # every hook of model_checked.mlir, in k order
         self.default_hooks = [k for k, c in enumerate(self.hooks) if c.tolerance != EXACT]
         for check in selftest_checks(self.dense, False):  # outputs compared for equality when @forward returns
             if check.tensor in plan.outputs:
