@@ -278,6 +278,15 @@ class _Builder:
             self.node(gate, [ins[0]], [f"{out}__gate"], name=f"{node.name}__{gate}", **dict(attrs))
             self.node("Mul", [ins[0], f"{out}__gate"], [f"{out}__preq"], name=node.name)
             self.qdq(f"{out}__preq", out)
+        elif op == "ElementwiseChain":  # the chain in float, then one quantization (fuse_elementwise.py)
+            results: list[str] = []
+            for k, (chain_op, operands, attrs) in enumerate(node.fused.chain):
+                args = [ins[0] if ref[0] == "x" else results[ref[1]] if ref[0] == "step"
+                        else self.init(f"{node.name}__c{k}_{j}", np.asarray(ref[1], np.dtype(ref[2])))
+                        for j, ref in enumerate(operands)]
+                results.append(f"{out}__preq" if k == len(node.fused.chain) - 1 else f"{out}__c{k}")
+                self.node(chain_op, args, [results[-1]], name=f"{node.name}__{k}", **dict(attrs))
+            self.qdq(f"{out}__preq", out)
         elif op == "Softmax" and (node.fused.mask or node.fused.input_mask):  # passes/fuse_mask.py, input_mask.py
             bias = self.mask_bias(node) if node.fused.input_mask else self.init(
                 f"{node.name}__mask", np.where(self.graph.initializers[node.fused.mask] != 0, np.float32(0),

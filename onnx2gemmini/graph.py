@@ -69,6 +69,11 @@ class Fused:
     # Gather(table, position ids) whose ids count the non-padding token ids up to each position (RoBERTa's
     # create_position_ids_from_input_ids; passes/index_paths.py): the pad id; the Gather reads the token ids
     positions: int | None = None
+    # A chain of elementwise ops computing a function of one tensor x (GELU written out with Erf or Tanh, Mish,
+    # x * 0.5 ...; passes/fuse_elementwise.py): ((op type, operands, sorted attributes), ...) in order, each
+    # operand ("x",), ("step", k) for an earlier op's result or ("const", value, dtype name); the node, an
+    # ElementwiseChain, reads x alone and the last op's result is its output: one lookup table of x
+    chain: tuple | None = None
 
 
 @dataclass

@@ -98,6 +98,30 @@ def lower_gated(node: NodeView, ctx: LowerContext) -> Lowered:
     return lut_step(node, ctx, gated(node.fused.gate), {}, f"x * {node.fused.gate[0]}(x)")
 
 
+BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power}
+
+
+def chain_function(chain: tuple):
+    """f(x) for a fused elementwise chain (Fused.chain, passes/fuse_elementwise.py), each op evaluated in x's
+    dtype as onnxruntime evaluates it in float32."""
+    def f(x, _attrs):
+        values = []
+        for op, operands, attrs in chain:
+            args = [x if ref[0] == "x" else values[ref[1]] if ref[0] == "step" else x.dtype.type(ref[1])
+                    for ref in operands]
+            value = BINARY[op](*args) if op in BINARY else FUNCTIONS[op](args[0], dict(attrs))
+            values.append(np.asarray(value, x.dtype))
+        return values[-1]
+    return f
+
+
+def chain_is_finite(chain: tuple) -> bool:
+    """Whether the chain is finite at every finite input (so a float32 table of it is): finite unary ops, and
+    Add, Sub, Mul or a division by a constant."""
+    return all(op in FINITE or op in ("Add", "Sub", "Mul") or op == "Div" and operands[1][0] == "const"
+               for op, operands, _ in chain)
+
+
 class _LutHandler(Handler):
     gemmini = "none: a 256-entry int8 lookup table on the CPU"
     limits = "1 LSB tolerance vs onnxruntime's float evaluation"
@@ -130,3 +154,17 @@ class PowHandler(_LutHandler):
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
         p = np.float32(node.const(node.inputs[1]).reshape(()))
         return lut_step(node, ctx, lambda v, a: np.power(v, p), {}, f"Pow(x, {float(p):g})")
+
+
+@handler("ElementwiseChain", since=1, domain="onnx2gemmini")
+class ElementwiseChainHandler(Handler):
+    gemmini = "none: a 256-entry int8 lookup table on the CPU"
+    limits = ("not an ONNX op: what passes/fuse_elementwise.py makes of a chain of elementwise ops on one tensor "
+              "(GELU written out, Mish, ...); 1 LSB tolerance vs onnxruntime's float evaluation of the chain")
+
+    def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
+        ops = " -> ".join(op for op, _, _ in node.fused.chain)
+        return lut_step(node, ctx, chain_function(node.fused.chain), {}, f"x -> {ops}")
+
+    def writes_float(self, node: NodeView) -> bool:
+        return chain_is_finite(node.fused.chain)

@@ -9,15 +9,17 @@ from typing import Callable
 
 from ..config import GemminiConfig
 from ..graph import Graph
-from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_gate, fuse_mask,
-               fuse_maxpool, einsum_weights, index_paths, input_mask, outer_product, qdq_import, recurrent_projection,
-               scatter_block, sort_channels)
+from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, equalize, fuse_activation, fuse_elementwise,
+               fuse_gate, fuse_mask, fuse_maxpool, einsum_weights, index_paths, input_mask, outer_product, qdq_import,
+               recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
 # Order matters: per-channel Mul/Add merge into the BN, BN folds into the conv, then the bias add and the
-# activation attach to it; a 1-D conv becomes 2-D last, its fusions kept. An LSTM/GRU's input projection
-# becomes a MatMul (with its bias) before anything else looks at MatMuls.
+# activation attach to it; x * f(x) becomes one table; attention masks are recognized before any other
+# elementwise chain of one tensor becomes a table (a mask's Sub and Mul are one); a 1-D conv becomes 2-D
+# last, its fusions kept. An LSTM/GRU's input projection becomes a MatMul (with its bias)
+# before anything else looks at MatMuls.
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("qdq_import", qdq_import.run),
     ("drop_empty", drop_empty.run),
@@ -34,6 +36,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_mask", fuse_mask.run),
     ("input_mask", input_mask.run),
     ("index_paths", index_paths.run),
+    ("fuse_elementwise", fuse_elementwise.run),
     ("conv1d", conv1d.run),
 )
 

@@ -63,6 +63,8 @@ def _followers(graph: Graph, tensor: str) -> tuple[list[Node], list[Node]] | Non
                 prelus.append(reader)
             elif reader.op_type == "Mul" and reader.fused.gate is not None and len(reader.inputs) == 1:
                 pass  # x * f(x) as one lookup table (passes/fuse_gate.py)
+            elif reader.fused.chain is not None:
+                pass  # an elementwise chain of x as one lookup table (passes/fuse_elementwise.py)
             elif reader.op_type not in CHANNELWISE or any(graph.const(i) is None for i in reader.inputs[1:] if i):
                 return None
             todo.extend(o for o in reader.outputs if o)
