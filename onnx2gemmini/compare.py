@@ -24,7 +24,7 @@ from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name
 from .metrics import blocks, cosine, sqnr_db, top1_agreement
-from . import kernels
+from . import kernels, normalizer
 from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_explained, resadd_mismatch_rate,
                        resadd_tolerance)
 from .parallel import map_ordered
@@ -38,7 +38,8 @@ def step_tolerance(step, plan) -> Tolerance:
     """How far Gemmini's semantics may take this step from onnxruntime's QDQ semantics: the residual add
     saturates each scaled input to int8 before adding, the global average rounds sum/count half to even,
     a CPU kernel states its own (cpu/), a full_C matmul's int32 accumulators come back through onnxruntime's
-    float32 output (exact below 2^22); matmuls and convs are bit-exact."""
+    float32 output (exact below 2^22), the normalizer's softmax approximates exp (normalizer.softmax_lsb);
+    matmuls and convs are bit-exact."""
     if isinstance(step, Resadd):
         return Tolerance(resadd_tolerance(step.C_scale), resadd_mismatch_rate(step.A_scale, step.B_scale, step.C_scale),
                          "resadd rounds the smaller-scale input to int8 first")
@@ -50,6 +51,11 @@ def step_tolerance(step, plan) -> Tolerance:
         lsb = accumulator_lsb(bound)
         return EXACT if lsb == 0 else Tolerance(lsb, 1.0, f"int32 accumulators up to {bound}: onnxruntime's "
                                                           "float32 output rounds them")
+    if isinstance(step, Matmul) and step.act == normalizer.SOFTMAX:
+        error = normalizer.exp_error(step.bert_scale)
+        return Tolerance(normalizer.softmax_lsb(step.bert_scale), 1.0,
+                         f"Gemmini's normalizer: I-BERT's integer exp, within {error:.2%} of exp, against "
+                         "onnxruntime's float softmax")
     if isinstance(step, Matmul) and step.mean_of:
         return Tolerance(1, min(1.0, 2.0 / step.mean_of), "global average: int32 sum times a multiplier, against "
                          "onnxruntime's float mean")

@@ -20,7 +20,7 @@ from .quant.calibrate import collect, statistics
 from .config import PRESETS, GemminiConfig, load_config
 from .data import Dataset, fit_samples, load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
-from .golden import build_float
+from .golden import build_float, softmax_scores
 from .scratchpad import find_hazards
 from .tiling import TILINGS, apply_tiles, attach_costs
 from .graph import Graph, ValueInfo, from_onnx, topological
@@ -264,13 +264,14 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
             tell = lambda done: phase.tell("calibrate", done, data.num_samples)  # noqa: E731
             mean_tensors = weighted if bias_correction else []
             if calib_method == selection.AUTO:
-                found = collect(build_float(graph), data, graph_activations(graph), mean_tensors, progress=tell)
+                found = collect(build_float(graph), data, graph_activations(graph) + softmax_scores(graph),
+                                mean_tensors, progress=tell)
                 method, amax, calibration = selection.auto(
                     graph, found, lambda r, m, name: table(r, m if bias_correction else None, name), handlers)
                 means = found.means() if bias_correction else None
             else:
-                stats = statistics(build_float(graph), data, calib_method, graph_activations(graph), mean_tensors,
-                                   progress=tell)
+                stats = statistics(build_float(graph), data, calib_method,
+                                   graph_activations(graph) + softmax_scores(graph), mean_tensors, progress=tell)
                 amax, means = stats.amax, (stats.means if bias_correction else None)
                 method, calibration = calib_method, selection.forced(calib_method)
     with phase("quantize"):

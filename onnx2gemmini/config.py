@@ -28,6 +28,9 @@ class GemminiConfig:
     has_training_convs: bool = True
     has_first_layer_optimizations: bool = True
     has_normalizations: bool = False
+    # Softmax after an activation x activation MatMul on the normalizer (has_normalizations only): measured in
+    # README, off by default (the CPU form)
+    normalizer_softmax: bool = False
     acc_read_full_width: bool = True
     mvin_scale: bool = True
     # Cycles per instruction of the SoC's host core, which runs every CPU step: estimated cycles = the

@@ -15,8 +15,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from . import normalizer
 from .einsum import matmul_form
-from .graph import Graph, Node, topological
+from .graph import Graph, Node, raw_tensor, topological
 from .ops.registry import lookup
 from .quant.quantize import QuantTable
 
@@ -119,6 +120,47 @@ class _Builder:
         self.node("Max", [tensor, tensor], [f"{node.outputs[0]}__float_in"], name=f"{node.name}__keep_float")
         return f"{node.outputs[0]}__float_in"
 
+    def matmul_output(self, node: Node, raw: str) -> None:
+        """A MatMul's raw product to its output: the fused softmax, or the activation chain."""
+        if node.fused.softmax is not None:
+            self.softmax_of(node, raw)
+        else:
+            self.activation_chain(node, raw)
+
+    def softmax_operands(self, node: Node) -> list[str]:
+        """A fused softmax's scores read their operands as Gemmini's mvin scaler hands them over: requantized at
+        scale / factor where normalizer.softmax_call coarsens them."""
+        ins, shapes = node.inputs, self.graph.shapes
+        s_a, s_b = (self.quant.scales[i] for i in ins)
+        call = normalizer.softmax_call(s_a * s_b * node.fused.softmax, shapes[node.outputs[0]][-1], shapes[ins[0]][-1])
+        if call is None or call[1] == 1.0:
+            return list(ins)
+        operands = []
+        factor = self.init(f"{node.name}__mvin_factor", np.float32(call[1]))
+        for k, (name, s) in enumerate(zip(ins, (s_a, s_b))):
+            # x * factor quantized at x's own scale (round(q * factor)), read back at scale / factor; not a
+            # Q/DQ pair onnxruntime's optimizer would merge with the DQ before it
+            base = f"{node.name}__mvin{k}"
+            zero = self.init(f"{base}__zp", np.int8(0))
+            self.node("Mul", [name, factor], [f"{base}__scaled"], name=f"{base}__Mul")
+            self.node("QuantizeLinear", [f"{base}__scaled", self.init(f"{base}__scale", np.float32(s)), zero],
+                      [f"{base}__q"], name=f"{base}__QuantizeLinear")
+            self.node("DequantizeLinear", [f"{base}__q", self.init(f"{base}__coarse", np.float32(s / call[1])), zero],
+                      [base], name=f"{base}__DequantizeLinear")
+            operands.append(base)
+        return operands
+
+    def softmax_of(self, node: Node, raw: str) -> None:
+        """raw -> [Mul by the scalar between] -> Softmax(last axis) -> Q/DQ: scores and softmax in float, one
+        quantization (passes/fuse_softmax.py)."""
+        out = node.outputs[0]
+        if node.fused.softmax != 1.0:
+            factor = self.init(f"{out}__scores_factor", np.float32(node.fused.softmax))
+            self.node("Mul", [raw, factor], [f"{out}__scores"], name=f"{node.name}__scores")
+            raw = f"{out}__scores"
+        self.node("Softmax", [raw], [f"{out}__preq"], name=f"{node.name}__Softmax", axis=-1)
+        self.qdq(f"{out}__preq", out)
+
     def activation_chain(self, node: Node, raw: str) -> None:
         """raw -> Q/DQ -> [Relu|Clip -> Q/DQ] -> [MaxPool -> Q/DQ], ending at node's output name."""
         out = node.outputs[0]
@@ -202,7 +244,7 @@ class _Builder:
 
     def lower(self, node: Node) -> None:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
-        raw = f"{out}__raw"
+        raw = raw_tensor(out)
         if op in ("Conv", "ConvTranspose"):
             conv_in = [self.float_layer_input(node, ins[0]), self.weights(node, 1, "W")]
             bias = self.weights(node, 2, "B")
@@ -223,10 +265,11 @@ class _Builder:
                 self.node("Add", [f"{raw}__nobias", self.operand(node.fused.bias)], [raw], name=f"{node.name}__bias")
             else:
                 self.node(op, inputs, [raw], name=node.name, **attrs)
-            self.activation_chain(node, raw)
+            self.matmul_output(node, raw)
         elif op == "MatMul" and node.name not in self.quant.weights:  # two activations
-            self.node("MatMul", list(ins), [raw], name=node.name)
-            self.activation_chain(node, raw)
+            self.node("MatMul", self.softmax_operands(node) if node.fused.softmax is not None else list(ins), [raw],
+                      name=node.name)
+            self.matmul_output(node, raw)
         elif op == "MatMul" and self.quant.weights[node.name].q.ndim > 2:  # batched weights, no bias
             self.node("MatMul", [ins[0], self.dq_weights(node.name, self.quant.weights[node.name], "W")], [raw],
                       name=node.name)
@@ -325,6 +368,11 @@ class _Builder:
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [self.operand(i) for i in ins], [f"{out}__preq"], name=node.name, **attrs)
             self.qdq(f"{out}__preq", out)
+
+
+def softmax_scores(graph: Graph) -> list[str]:
+    """The scores tensors of every fused softmax (passes/fuse_softmax.py), as build_float names them."""
+    return [raw_tensor(n.outputs[0]) for n in graph.nodes if n.fused.softmax is not None]
 
 
 def build_float(graph: Graph, name: str = "model") -> onnx.ModelProto:

@@ -74,6 +74,10 @@ class Fused:
     # operand ("x",), ("step", k) for an earlier op's result or ("const", value, dtype name); the node, an
     # ElementwiseChain, reads x alone and the last op's result is its output: one lookup table of x
     chain: tuple | None = None
+    # MatMul(A, B) then Softmax over its last axis, on Gemmini's normalizer (passes/fuse_softmax.py, configs
+    # with has_normalizations): the scalar the scores were multiplied by between the two (1.0 if nothing);
+    # the MatMul writes the Softmax's output
+    softmax: float | None = None
 
 
 @dataclass
@@ -302,6 +306,12 @@ def _custom_ops_hint(g: onnx.GraphProto) -> str:
         return ""
     named = ", ".join(f"{n.domain}.{n.op_type} '{n.name}'" for n in custom[:3])
     return f" (or the ops ONNX cannot infer shapes through: {named}{', ...' if len(custom) > 3 else ''})"
+
+
+def raw_tensor(output: str) -> str:
+    """The name the float and QDQ models (golden.py) give a node's result before its activation chain or
+    quantization: a fused softmax's scores are calibrated under it (normalizer.fits_scores)."""
+    return f"{output}__raw"
 
 
 def topological(nodes: Iterable[Node], available: Iterable[str]) -> list[Node]:

@@ -145,6 +145,11 @@ class Matmul(Step):
     heuristic_hazard: str = ""  # why gemmini.h's own tiles for this call are unsafe (then never used)
     mean_of: int = 0  # a global average of this many values as a matmul by ones (ops/pool.py); 0: a product
     full_C: bool = False  # C is acc_t: the accumulators read out at full width (config.acc_read_full_width)
+    # act SOFTMAX (normalizer.py, configs with has_normalizations): the accumulators' real scale, from which
+    # gemmini.h derives the I-BERT constants; A and B pass the mvin scaler on their way in (1.0: unscaled)
+    bert_scale: float = 0.0
+    A_scale_factor: float = 1.0
+    B_scale_factor: float = 1.0
 
     @property
     def c_bytes(self) -> int:

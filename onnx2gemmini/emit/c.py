@@ -28,6 +28,7 @@ import numpy as np
 from ..cpu.abi import DTYPE_CTYPE
 from ..errors import UnsupportedError
 from ..memory import ALIGN, align_up, plan_memory
+from ..normalizer import SOFTMAX
 from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd, Step
 from ..tolerance import EXACT
 from .banner import banner_lines
@@ -387,16 +388,21 @@ class CProgram:
         return ", ".join(str(int(step.tiles[n])) for n in names)
 
     def matmul(self, s: Matmul):
-        act = "RELU" if s.act == RELU else "NO_ACTIVATION"
+        act = {RELU: "RELU", SOFTMAX: "SOFTMAX"}.get(s.act, "NO_ACTIVATION")
         head = [f"matmul I={s.I} J={s.J} K={s.K}, {'bias' if s.D else 'no bias'}, {act}, "
                 f"scale {c_float(s.scale)} ({s.scale:.9g})"]
+        mvin = [c_float(f) if f != 1.0 else "MVIN_SCALE_IDENTITY" for f in (s.A_scale_factor, s.B_scale_factor)]
+        bert = c_float(s.bert_scale) if s.act == SOFTMAX else "ACC_SCALE_IDENTITY"
+        if s.act == SOFTMAX:
+            head.append(f"Gemmini's normalizer: each row's softmax, bert_scale {s.bert_scale:.9g}; A and B pass "
+                        f"the mvin scaler at {s.A_scale_factor:.9g} (config has_normalizations)")
         args = [(f"{s.I}, {s.J}, {s.K}", "dim_I, dim_J, dim_K"),
                 (f"{self.ptr(s.A)}, {self.ptr(s.B)}, {self.ptr(s.D) if s.D else 'NULL'}, {self.ptr(s.C)}",
                  "A, B, D, C"),
                 (f"{s.stride_A}, {s.stride_B}, {s.stride_D}, {s.stride_C}", "stride_A, stride_B, stride_D, stride_C"),
-                ("MVIN_SCALE_IDENTITY, MVIN_SCALE_IDENTITY, (scale_acc_t)MVIN_SCALE_IDENTITY",
+                (f"{mvin[0]}, {mvin[1]}, (scale_acc_t)MVIN_SCALE_IDENTITY",
                  "A_scale_factor, B_scale_factor, D_scale_factor"),
-                (f"{act}, {c_float(s.scale)}, ACC_SCALE_IDENTITY", "act, scale, bert_scale"),
+                (f"{act}, {c_float(s.scale)}, {bert}", "act, scale, bert_scale"),
                 (c_bool(s.repeating_bias), "repeating_bias")]
         if s.tiles:
             head.append(f"tiles (DIM blocks): {s.tiles}")
@@ -407,7 +413,10 @@ class CProgram:
             head.append("full_C: C receives the int32 accumulators (no scale, no activation)")
         args += [(f"false, false, {c_bool(s.full_C)}, false, 0", "transpose_A, transpose_B, full_C, low_D, weightA"),
                  ("WS", "tiled_matmul_type")]
-        return head, self.call("tiled_matmul" if s.tiles else "tiled_matmul_auto", args)
+        call = self.call("tiled_matmul" if s.tiles else "tiled_matmul_auto", args)
+        if s.act == SOFTMAX:  # Gemmini's functional model keeps SOFTMAX through a later config_st with act 0
+            call.append("gemmini_extended_config_st(0, RELU, ACC_SCALE_IDENTITY); /* clears the SOFTMAX read-out */")
+        return head, call
 
     @staticmethod
     def conv_head(s, what: str, in_channels: int, out_channels: int) -> tuple[str, list[str]]:

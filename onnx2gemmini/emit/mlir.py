@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..normalizer import SOFTMAX
 from ..plan import Conv, Matmul, Plan, Step
 from ..slices import densify
 from .banner import banner_lines
@@ -386,6 +387,10 @@ class _Forward:
                       "-lower-gemmini tiles by its own heuristic)")
 
     def _matmul(self, s: Matmul) -> None:
+        if s.act == SOFTMAX:
+            raise UnsupportedError(f"--emit mlir: matmul '{s.node}' applies Gemmini's normalizer (SOFTMAX), which "
+                                   "the MLIR back end does not emit yet; emit c and qdq, or set "
+                                   "normalizer_softmax to false")
         dense_strides = (s.stride_A, s.stride_B, s.stride_C) == (s.K, s.J, s.J) and (not s.D or s.stride_D == s.J)
         if not dense_strides:
             raise UnsupportedError(f"--emit mlir: matmul '{s.node}' uses row strides; tile_matmul reads dense "

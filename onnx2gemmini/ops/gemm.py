@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cpu
-from ..graph import NodeView
+from .. import cpu, normalizer
+from ..errors import UnsupportedError
+from ..graph import NodeView, raw_tensor
 from ..plan import CpuOp, Matmul, Tensor
 from ..numerics import multiplier
 from .common import activation_code, copy_range, grouped_matmul, matmul, to_plain
@@ -171,14 +172,13 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
     n = b.shape[-1]
     pairs = batch_pairs(a.shape[:-2], b.shape[:-2])
     batches = len(pairs)
-    scale = multiplier(a.scale, b.scale, y.scale)
-    act = activation_code(node)
+    read_out = _read_out(node, ctx, a, b, y, k, n)
     if batches == 1:
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=a.id, B=b.id, D=None, C=y.id, stride_A=k,
-                                    stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
+                                    stride_B=n, stride_D=n, stride_C=n, **read_out))
         return lowered
     if a.slice_of is not None or b.slice_of is not None:
-        return lowered.add(_copied_batches(node, ctx, a, b, y, scale, act))
+        return lowered.add(_copied_batches(node, ctx, a, b, y, read_out))
     flat = {}
     for t, name in ((a, "a_flat"), (b, "b_flat"), (y, "y_flat")):
         flat[name] = ctx.temp(node.name, name, (1, int(np.prod(t.shape, dtype=np.int64))), t.scale, view_of=t.id)
@@ -195,12 +195,33 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
         ci = ctx.channel_slice(node.name, f"c{i}", flat["y_flat"], i * m * n, m * n, y.scale)
         lowered.tensors.append(ci)
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
-                                    stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
+                                    stride_B=n, stride_D=n, stride_C=n, **read_out))
     return lowered
 
 
-def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, scale: float,
-                    act: int) -> Lowered:
+def _read_out(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -> dict:
+    """The Matmul fields that say how the accumulators become C: a scale and an activation; or, for a softmax
+    fused into the product (passes/fuse_softmax.py), Gemmini's normalizer with its constants and the mvin
+    factor that keeps its int32 arithmetic from wrapping (normalizer.softmax_call)."""
+    if node.fused.softmax is None:
+        return {"act": activation_code(node), "scale": multiplier(a.scale, b.scale, y.scale)}
+    call = normalizer.softmax_call(a.scale * b.scale * node.fused.softmax, n, k)
+    if call is None:
+        raise UnsupportedError(f"node '{node.name}' (MatMul + Softmax): its scores' scale "
+                               f"({a.scale * b.scale:.3g}) does not suit Gemmini's normalizer (its int32 sums "
+                               "would wrap, or its exp would be too coarse); set normalizer_softmax to false")
+    bert_scale, factor = call
+    score_amax = ctx.quant.amax.get(raw_tensor(node.output), 0.0) * node.fused.softmax
+    if not normalizer.fits_scores(bert_scale, score_amax):
+        raise UnsupportedError(f"node '{node.name}' (MatMul + Softmax): its scores span up to {2 * score_amax:.3g} "
+                               f"on the calibration data, beyond the {normalizer.score_range(bert_scale):.3g} "
+                               "(with headroom) Gemmini's normalizer exponentiates right; set normalizer_softmax "
+                               "to false")
+    return {"act": normalizer.SOFTMAX, "scale": 1.0, "bert_scale": bert_scale, "A_scale_factor": factor,
+            "B_scale_factor": factor}
+
+
+def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, read_out: dict) -> Lowered:
     """The batched product on per-batch copies (operands that are strided slices of another buffer)."""
     lowered = Lowered()
     m, k = a.shape[-2:]
@@ -219,7 +240,7 @@ def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: 
         for src, dst, j in ((a3, ai, ia), (b3, bi, ib)):
             lowered.steps.append(copy_range(node.name, src, dst, 0, j, f"batched matmul: copy of batch {j}"))
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
-                                    stride_B=n, stride_D=n, stride_C=n, act=act, scale=scale))
+                                    stride_B=n, stride_D=n, stride_C=n, **read_out))
         parts.append(ci)
     y3 = ctx.temp(node.name, "y_batched", (batches, m, n), y.scale, view_of=y.id)
     lowered.tensors.append(y3)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import normalizer
 from ..errors import UnsupportedError
 from ..graph import Graph, NodeView, topological
 from ..numerics import (along_axis, bias_scale, channel_ranges, quantize_bias, run_tops, scale_for,
@@ -211,7 +212,7 @@ def _scale_groups(graph: Graph, order, handlers, segmented=frozenset()) -> dict[
         rule = handlers[node.name].output_scale
         acts = graph.activations(node)
         out = node.outputs[0]
-        if node.fused.clip or (rule == "input" and acts and acts[0] in fixed):
+        if node.fused.clip or node.fused.softmax is not None or (rule == "input" and acts and acts[0] in fixed):
             fixed.add(out)
             continue
         tied = acts[:1] if rule == "input" else acts if rule == "shared" and node.name not in segmented else []
@@ -248,7 +249,8 @@ def scale_units(graph: Graph, handlers) -> tuple[list[ScaleUnit], list]:
         for out in (o for o in node.outputs if o):
             if out in derived:
                 continue
-            if node.fused.clip or node.fused.accumulate or (follows and acts[0] not in unit_of):
+            if node.fused.clip or node.fused.accumulate or node.fused.softmax is not None or \
+                    (follows and acts[0] not in unit_of):
                 derived.add(out)
                 continue
             unit_of[out] = unit_of[acts[0]] if follows else groups.get(out, out)
@@ -348,6 +350,8 @@ def build_table(graph: Graph, handlers: Mapping[str, object], amax: dict[str, fl
                 scales[out] = fixed[out]
             elif node.fused.clip:
                 scales[out] = scale_for(node.fused.clip[1])
+            elif node.fused.softmax is not None:  # the normalizer writes 127 * softmax
+                scales[out] = normalizer.OUT_SCALE
             elif handler.output_scale == "input" and activations:
                 scales[out] = scales[activations[0]]
             else:

@@ -5,7 +5,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
-from .. import kernels
+from .. import kernels, normalizer
+from ..numerics import mvin_scale
 
 
 class Emulator:
@@ -131,6 +132,12 @@ class Emulator:
         arithmetic. scratchpad.PlanRunner overrides it to run Gemmini steps at address level."""
         get = lambda tid: self.get(buffers, tid)  # noqa: E731
         consts = self.plan.constants
+        if isinstance(step, Matmul) and step.act == normalizer.SOFTMAX:  # the read-out normalizes each row
+            a, b = (mvin_scale(get(t).reshape(shape), f) for t, shape, f in
+                    ((step.A, (step.I, step.K), step.A_scale_factor), (step.B, (step.K, step.J), step.B_scale_factor)))
+            acc = kernels.matmul(a, b, consts[step.D] if step.D else None, 1.0, False, step.repeating_bias,
+                                 full_C=True)
+            return [normalizer.softmax_rows(acc, step.bert_scale, step.scale)]
         if isinstance(step, Matmul):
             a = get(step.A).reshape(step.I, step.K)
             d = consts[step.D] if step.D else None

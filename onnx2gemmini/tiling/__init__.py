@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..cpu.costs import cycles as cpu_cycles
+from ..normalizer import SOFTMAX
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from .baseline import (baseline_conv_tiles, baseline_global_average_tile, baseline_matmul_tiles,
                               baseline_resadd_tiles)
@@ -63,6 +64,9 @@ def choose_tiles(step, config, hazards=None) -> dict | None:
     names = MATMUL_TILE_NAMES if isinstance(step, Matmul) else CONV_TILE_NAMES
     allowed = (lambda t: not hazards(step, tiles_dict(names, t))) if hazards else None
     if isinstance(step, Matmul):
+        if step.act == SOFTMAX:  # the normalizer's statistics span a whole row: one tile along J
+            whole_j, hazard_free = -(-step.J // config.dim), allowed
+            allowed = lambda t: t[1] == whole_j and (hazard_free is None or hazard_free(t))  # noqa: E731
         t = choose_matmul_tiles(step.I, step.J, step.K, config, step.D is not None, allowed, step.c_bytes)
     else:
         t = choose_conv_tiles(ConvGeometry.of(step), config, step.bias is not None, allowed)

@@ -79,6 +79,9 @@ typedef float acc_scale_t;
 #ifndef RELU
 #define RELU 1
 #endif
+#ifndef SOFTMAX
+#define SOFTMAX 4
+#endif
 
 #ifndef MVIN_SCALE_IDENTITY
 #define MVIN_SCALE_IDENTITY 1.0
@@ -101,6 +104,9 @@ enum tiled_matmul_type_t { OS, WS, CPU };
 /* Spec §4.8: no TLB and no queue on the host, so both are no-ops. */
 #define gemmini_flush(skip) ((void)(skip))
 #define gemmini_fence() ((void)0)
+/* Configuration alone changes nothing here: every call passes its own. */
+#define gemmini_extended_config_st(stride, acc_act, acc_scale) \
+    ((void)(stride), (void)(acc_act), (void)(acc_scale))
 
 /* ------------------------------------------------------------------ */
 /* read_cycles: rdcycle on RISC-V (as the upstream test utilities do),  */
@@ -240,9 +246,61 @@ static inline uint32_t gmh_mul(int32_t a, int32_t b)
 
 static inline void gmh_check_act(const char *fn, int act)
 {
-    if (act != NO_ACTIVATION && act != RELU)
-        GMH_FAIL("gemmini: %s: activation %d is not supported (only NO_ACTIVATION and RELU)\n",
+    if (act != NO_ACTIVATION && act != RELU && act != SOFTMAX)
+        GMH_FAIL("gemmini: %s: activation %d is not supported (only NO_ACTIVATION, RELU and SOFTMAX)\n",
                  fn, act);
+}
+
+/* ------------------------------------------------------------------ */
+/* The normalizer's SOFTMAX (configs with normalizations), as Gemmini's */
+/* functional model computes it (libgemmini gemmini.cc: apply_iexp,     */
+/* apply_norm and loop_ws's MAX, SUM_EXP, write passes over each row of */
+/* the whole J), with the constants tiled_matmul_outer derives from     */
+/* bert_scale.  int32 arithmetic wraps (through uint32); shift counts   */
+/* are taken mod 32, as x86 and RISC-V do.                              */
+/* ------------------------------------------------------------------ */
+
+struct gmh_iexp {
+    int32_t qb, qc, qln2, qln2_inv;
+};
+
+static inline struct gmh_iexp gmh_softmax_constants(acc_scale_t bert_scale)
+{
+    struct gmh_iexp k;
+    const scale_t a = 0.3585f, b = 1.353f, c = 0.344f;
+    k.qln2 = (int32_t)(0.693147 / bert_scale);
+    k.qln2_inv = 65536 / k.qln2;
+    k.qb = (int32_t)(b / bert_scale);
+    k.qc = (int32_t)(c / (a * bert_scale * bert_scale));
+    return k;
+}
+
+static inline int32_t gmh_iexp(int32_t q, struct gmh_iexp k)
+{
+    const int32_t z = gmh_u2s((0u - (uint32_t)q) * (uint32_t)k.qln2_inv) >> 16;
+    const int32_t qp = gmh_u2s((uint32_t)q + (uint32_t)z * (uint32_t)k.qln2);
+    const uint32_t t = (uint32_t)qp + (uint32_t)k.qb;
+    return gmh_u2s(t * t + (uint32_t)k.qc) >> (z & 31);
+}
+
+/* One row of C from its int32 accumulators `acc` (n of them). */
+static inline void gmh_softmax_row(const uint32_t *acc, size_t n, struct gmh_iexp k, acc_scale_t scale,
+                                   elem_t *out)
+{
+    int32_t top = INT32_MIN;
+    uint32_t sum = 0;
+    float inv;
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (gmh_u2s(acc[j]) > top)
+            top = gmh_u2s(acc[j]);
+    for (j = 0; j < n; j++)
+        sum += (uint32_t)gmh_iexp(gmh_u2s(acc[j] - (uint32_t)top), k);
+    inv = 127.0f / (float)gmh_u2s(sum);
+    for (j = 0; j < n; j++) {
+        const elem_t p = gmh_acc_scale(gmh_iexp(gmh_u2s(acc[j] - (uint32_t)top), k), inv, NO_ACTIVATION);
+        out[j] = gmh_acc_scale(p, scale, NO_ACTIVATION);
+    }
 }
 
 static inline void gmh_check_type(const char *fn, int type)
@@ -278,14 +336,13 @@ static inline void gmh_matmul_check(const char *fn, size_t dim_I, size_t dim_J, 
         GMH_FAIL("gemmini: %s: A and B must not be NULL\n", fn);
 }
 
-/* The computation shared by tiled_matmul_auto and tiled_matmul. */
-static inline void gmh_matmul(size_t dim_I, size_t dim_J, size_t dim_K,
-                              const elem_t *A, const elem_t *B, const void *D, void *C,
-                              size_t stride_A, size_t stride_B, size_t stride_D, size_t stride_C,
-                              scale_t A_scale_factor, scale_t B_scale_factor,
-                              scale_acc_t D_scale_factor, int act, acc_scale_t scale,
-                              bool repeating_bias, bool transpose_A, bool transpose_B,
-                              bool full_C, bool low_D)
+/* The accumulators of row i, columns j0 .. j0+n-1: bias first (overwrite), products on top. */
+static inline void gmh_row_acc(size_t i, size_t j0, size_t n, size_t dim_K,
+                               const elem_t *A, const elem_t *B, const void *D,
+                               size_t stride_A, size_t stride_B, size_t stride_D,
+                               scale_t A_scale_factor, scale_t B_scale_factor, scale_acc_t D_scale_factor,
+                               bool repeating_bias, bool transpose_A, bool transpose_B, bool low_D,
+                               uint32_t *acc)
 {
     const bool scale_a = !gmh_is_one(A_scale_factor);
     const bool scale_b = !gmh_is_one(B_scale_factor);
@@ -293,46 +350,69 @@ static inline void gmh_matmul(size_t dim_I, size_t dim_J, size_t dim_K,
      * converted to float (spec §2.3); int32 D is never scaled. */
     const scale_t d_scale = (scale_t)D_scale_factor;
     const bool scale_d = !gmh_is_one(d_scale);
+    const size_t drow = repeating_bias ? 0 : i;
+    size_t jj, k;
+
+    for (jj = 0; jj < n; jj++) {
+        acc_t d = 0;
+        if (D != NULL) {
+            if (low_D) {
+                elem_t d8 = ((const elem_t *)D)[drow * stride_D + j0 + jj];
+                d = scale_d ? gmh_mvin_scale(d8, d_scale) : d8;
+            } else {
+                d = ((const acc_t *)D)[drow * stride_D + j0 + jj];
+            }
+        }
+        acc[jj] = (uint32_t)d;
+    }
+    for (k = 0; k < dim_K; k++) {
+        elem_t a = transpose_A ? A[k * stride_A + i] : A[i * stride_A + k];
+        if (scale_a)
+            a = gmh_mvin_scale(a, A_scale_factor);
+        if (a == 0)
+            continue;
+        for (jj = 0; jj < n; jj++) {
+            const size_t j = j0 + jj;
+            elem_t b = transpose_B ? B[j * stride_B + k] : B[k * stride_B + j];
+            if (scale_b)
+                b = gmh_mvin_scale(b, B_scale_factor);
+            acc[jj] += gmh_mul(a, b);
+        }
+    }
+}
+
+/* The computation shared by tiled_matmul_auto and tiled_matmul. */
+static inline void gmh_matmul(size_t dim_I, size_t dim_J, size_t dim_K,
+                              const elem_t *A, const elem_t *B, const void *D, void *C,
+                              size_t stride_A, size_t stride_B, size_t stride_D, size_t stride_C,
+                              scale_t A_scale_factor, scale_t B_scale_factor,
+                              scale_acc_t D_scale_factor, int act, acc_scale_t scale,
+                              acc_scale_t bert_scale, bool repeating_bias, bool transpose_A,
+                              bool transpose_B, bool full_C, bool low_D)
+{
     uint32_t acc[GMH_CHUNK];
-    size_t i, j0, jj, k;
+    size_t i, j0, jj;
 
     if (C == NULL) /* loop_ws with C == NULL stores nothing */
         return;
-
+    if (act == SOFTMAX && !full_C) { /* statistics over each whole row */
+        const struct gmh_iexp k = gmh_softmax_constants(bert_scale);
+        uint32_t *row = (uint32_t *)malloc((dim_J ? dim_J : 1) * sizeof(uint32_t));
+        if (row == NULL)
+            GMH_FAIL("gemmini: out of memory for a row of %lu accumulators\n", (unsigned long)dim_J);
+        for (i = 0; i < dim_I; i++) {
+            gmh_row_acc(i, 0, dim_J, dim_K, A, B, D, stride_A, stride_B, stride_D, A_scale_factor,
+                        B_scale_factor, D_scale_factor, repeating_bias, transpose_A, transpose_B, low_D, row);
+            gmh_softmax_row(row, dim_J, k, scale, (elem_t *)C + i * stride_C);
+        }
+        free(row);
+        return;
+    }
     for (i = 0; i < dim_I; i++) {
         for (j0 = 0; j0 < dim_J; j0 += GMH_CHUNK) {
             const size_t n = dim_J - j0 < GMH_CHUNK ? dim_J - j0 : GMH_CHUNK;
-            const size_t drow = repeating_bias ? 0 : i;
-
-            /* bias first (overwrite), products accumulate on top */
-            for (jj = 0; jj < n; jj++) {
-                acc_t d = 0;
-                if (D != NULL) {
-                    if (low_D) {
-                        elem_t d8 = ((const elem_t *)D)[drow * stride_D + j0 + jj];
-                        d = scale_d ? gmh_mvin_scale(d8, d_scale) : d8;
-                    } else {
-                        d = ((const acc_t *)D)[drow * stride_D + j0 + jj];
-                    }
-                }
-                acc[jj] = (uint32_t)d;
-            }
-
-            for (k = 0; k < dim_K; k++) {
-                elem_t a = transpose_A ? A[k * stride_A + i] : A[i * stride_A + k];
-                if (scale_a)
-                    a = gmh_mvin_scale(a, A_scale_factor);
-                if (a == 0)
-                    continue;
-                for (jj = 0; jj < n; jj++) {
-                    const size_t j = j0 + jj;
-                    elem_t b = transpose_B ? B[j * stride_B + k] : B[k * stride_B + j];
-                    if (scale_b)
-                        b = gmh_mvin_scale(b, B_scale_factor);
-                    acc[jj] += gmh_mul(a, b);
-                }
-            }
-
+            gmh_row_acc(i, j0, n, dim_K, A, B, D, stride_A, stride_B, stride_D, A_scale_factor,
+                        B_scale_factor, D_scale_factor, repeating_bias, transpose_A, transpose_B, low_D, acc);
             for (jj = 0; jj < n; jj++) {
                 const size_t idx = i * stride_C + j0 + jj;
                 if (full_C)
@@ -354,12 +434,11 @@ static inline void tiled_matmul_auto(size_t dim_I, size_t dim_J, size_t dim_K,
         bool full_C, bool low_D, uint8_t weightA,
         enum tiled_matmul_type_t tiled_matmul_type)
 {
-    (void)bert_scale; /* only used by IGELU/SOFTMAX, absent from the default config */
     (void)weightA;    /* unused upstream as well */
     gmh_matmul_check("tiled_matmul_auto", dim_I, dim_J, dim_K, A, B, act,
                      transpose_A, transpose_B, full_C, low_D, tiled_matmul_type);
     gmh_matmul(dim_I, dim_J, dim_K, A, B, D, C, stride_A, stride_B, stride_D, stride_C,
-               A_scale_factor, B_scale_factor, D_scale_factor, act, scale,
+               A_scale_factor, B_scale_factor, D_scale_factor, act, scale, bert_scale,
                repeating_bias, transpose_A, transpose_B, full_C, low_D);
 }
 
@@ -383,7 +462,6 @@ static inline void tiled_matmul(size_t dim_I, size_t dim_J, size_t dim_K,
     const size_t max_acc_rows = (size_t)ACC_ROWS / div;
     size_t spad_rows, acc_rows;
 
-    (void)bert_scale;
     (void)weightA;
     gmh_matmul_check(fn, dim_I, dim_J, dim_K, A, B, act,
                      transpose_A, transpose_B, full_C, low_D, tiled_matmul_type);
@@ -404,7 +482,7 @@ static inline void tiled_matmul(size_t dim_I, size_t dim_J, size_t dim_K,
     /* Tiling does not change the result: each output element is the same
      * int32 sum whichever K-tile order accumulates it. */
     gmh_matmul(dim_I, dim_J, dim_K, A, B, D, C, stride_A, stride_B, stride_D, stride_C,
-               A_scale_factor, B_scale_factor, D_scale_factor, act, scale,
+               A_scale_factor, B_scale_factor, D_scale_factor, act, scale, bert_scale,
                repeating_bias, transpose_A, transpose_B, full_C, low_D);
 }
 
@@ -443,6 +521,8 @@ static inline void gmh_conv_check(const char *fn, const struct gmh_conv *g,
     if (type == OS)
         GMH_FAIL("gemmini: %s: Gemmini convs do not currently support OS\n", fn);
     gmh_check_act(fn, g->act);
+    if (g->act == SOFTMAX)
+        GMH_FAIL("gemmini: %s: SOFTMAX is a matmul read-out, not a conv's\n", fn);
     if (wrot180 || trans_output_1203 || trans_input_3120 || trans_weight_1203 || trans_weight_0132)
         GMH_FAIL("gemmini: %s: wrot180/trans_* layouts are not supported by the host implementation\n",
                  fn);

@@ -1,0 +1,84 @@
+"""Softmax on Gemmini's normalizer against the CPU form: accuracy and CPU work, side by side.
+
+    python scripts/bench_normalizer.py [--samples 8] [--eval 8]
+
+For each transformer (built with torch from seeded random weights, no download) the same model is compiled
+twice for the `ibert` preset (a Gemmini with normalizations): with `normalizer_softmax` (each attention
+softmax applied by the normalizer as the scores leave the accumulator) and without (a float softmax on the
+CPU). Both are calibrated on the same samples and checked by `diff` on other ones. Printed per model: the
+output SQNR against fp32 of each form and their difference (the gate for making the normalizer the default:
+within 0.5 dB), whether `diff` passed, the CPU steps, and the estimated CPU cycles of the compile report
+(instructions measured on Spike times the config's CPI).
+
+Models: a 4-layer encoder (d 256, 8 heads, 128 tokens, ReLU; scripts/bench_host.py's) and a 2-layer
+encoder with GELU (d 256, 8 heads, 128 tokens).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import onnx2gemmini as o2g
+from onnx2gemmini.compare import run_diff
+from onnx2gemmini.config import PRESETS
+from onnx2gemmini.data import Dataset
+from onnx2gemmini.emit.report import layer_rows
+from onnx2gemmini.plan import CpuOp
+
+MODELS = {"encoder_relu": (4, "relu"), "encoder_gelu": (2, "gelu")}
+
+
+def export(name: str, folder: Path) -> Path:
+    import torch
+    from torch import nn
+
+    layers, activation = MODELS[name]
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(256, 8, 1024, dropout=0.0, batch_first=True, activation=activation)
+    module = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    path = folder / f"{name}.onnx"
+    # not under torch.no_grad(): there the encoder takes its fused fast path, which has no ONNX export
+    torch.onnx.export(module, (torch.randn(1, 128, 256),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    return path
+
+
+def measure(model: Path, config, calib: Dataset, held_out: Dataset) -> dict:
+    compiled = o2g.compile(model, calib=calib, config=config)
+    result = run_diff(compiled, held_out)
+    rows = layer_rows(compiled.plan, {n.name: n.op_type for n in compiled.graph.nodes})
+    return {"sqnr_db": result["outputs"]["y"]["fp32_vs_int8"]["sqnr_db"], "passed": result["verdict"]["passed"],
+            "cpu_steps": sum(isinstance(s, CpuOp) for s in compiled.plan.steps),
+            "est_cpu_cycles": sum(r["est_cycles"] or 0 for r in rows if r["target"] == "cpu")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=8, help="calibration samples (default 8)")
+    parser.add_argument("--eval", type=int, default=8, help="held-out samples for diff (default 8)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    cpu_form = dataclasses.replace(PRESETS["ibert"], name="ibert")
+    normalizer = dataclasses.replace(PRESETS["ibert"], name="ibert-normalizer", normalizer_softmax=True)
+    print(f"{'model':14} {'CPU form dB':>11} {'normalizer dB':>13} {'diff dB':>8} {'diff passed':>11} "
+          f"{'CPU steps':>11} {'est. CPU cycles':>21}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in MODELS:
+            model = export(name, Path(tmp))
+            data = rng.standard_normal((args.samples + args.eval, 1, 128, 256)).astype(np.float32)
+            calib, held_out = (Dataset({"x": d}, None, "seeded normal") for d in
+                               (data[:args.samples], data[args.samples:]))
+            cpu, norm = (measure(model, c, calib, held_out) for c in (cpu_form, normalizer))
+            print(f"{name:14} {cpu['sqnr_db']:11.2f} {norm['sqnr_db']:13.2f} {norm['sqnr_db'] - cpu['sqnr_db']:+8.2f} "
+                  f"{str(cpu['passed'] and norm['passed']):>11} {cpu['cpu_steps']:>5} -> {norm['cpu_steps']:<3} "
+                  f"{cpu['est_cpu_cycles'] / 1e6:9.2f}M -> {norm['est_cpu_cycles'] / 1e6:.2f}M", flush=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

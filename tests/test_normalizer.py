@@ -1,0 +1,206 @@
+"""Softmax on Gemmini's normalizer (normalizer.py, passes/fuse_softmax.py): the integer arithmetic against the
+functional model's values, the host gemmini.h's C transcription, the float softmax, and the whole path
+through the compiler, diff and the generated C program."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import helper
+
+import onnx2gemmini as o2g
+from onnx2gemmini import normalizer
+from onnx2gemmini.config import PRESETS
+from onnx2gemmini.errors import UnsupportedError
+from onnx2gemmini.numerics import mvin_scale
+from onnx2gemmini.output import write_outputs
+from onnx2gemmini.plan import CpuOp, Matmul
+from onnx2gemmini.run import hostc
+from onnx2gemmini.run.emulator import Emulator
+from tests.helpers import compile_and_diff, infer_outputs, random_dataset, rng
+
+HOST_HEADER_DIR = Path(o2g.__file__).parent / "runtime" / "host"
+IBERT = dataclasses.replace(PRESETS["ibert"], name="ibert-softmax", normalizer_softmax=True)
+
+
+# --- the integer arithmetic ------------------------------------------------------------------------
+
+def test_constants_and_exps_are_the_functional_models():
+    """gemmini-rocc-tests' softmax test scale (bert_scale 0.05) gives qb 27, qc 383, qln2 13, qln2_inv 5041,
+    and libgemmini's apply_iexp maps these q to these values (the shift count taken mod 32 past z = 31), as
+    recorded from gemmini.cc compiled on x86-64 (the project's normalizer notes)."""
+    k = normalizer.softmax_constants(0.05)
+    assert (k.qb, k.qc, k.qln2, k.qln2_inv) == (27, 383, 13, 5041)
+    q = np.array([0, -13, -100, -416, -420, -440, -850])
+    assert normalizer.iexp(q, k).tolist() == [1112, 579, 5, 0, 912, 319, 433]
+
+
+def test_without_the_mvin_factor_a_row_sum_wraps():
+    """At an attention product's real scale (8e-5) one row of 128 equal scores sums past 2^31: the guard
+    refuses it, and the wrapped sum really gives a wrong softmax; the chosen factor makes it fit."""
+    s, j, k = 8.26e-5, 128, 32
+    assert not normalizer.softmax_fits(s, j, k * 128 * 128)
+    flat = np.zeros((1, j), np.int64)
+    assert normalizer.softmax_rows(flat, s, 1.0).max() != round(127 / j)  # exact: 1 everywhere
+    bert, factor = normalizer.softmax_call(s, j, k)
+    assert factor < 1 and normalizer.softmax_fits(bert, j, k * 128 * 128)
+    assert (normalizer.softmax_rows(flat, bert, 1.0) == round(127 / j)).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(2, 300), st.floats(5e-5, 2e-3), st.floats(0.05, 1.0), st.integers(0, 2**31 - 1))
+def test_within_the_stated_lsb_of_an_exact_softmax(rows, j, scale, spread, seed):
+    """Every probability within softmax_lsb(S) of 127 * softmax(S * acc) rounded, for accumulators of a K = 32
+    product whose rows span up to the range fits_scores accepts (`spread` of it)."""
+    bert, _ = normalizer.softmax_call(scale, j, 32)
+    half = spread * normalizer.score_range(bert) / (2 * normalizer.SCORE_HEADROOM) / bert
+    acc = np.random.default_rng(seed).integers(-int(half), int(half) + 1, (rows, j))
+    assert normalizer.fits_scores(bert, float(np.abs(acc).max()) * bert)
+    ours = normalizer.softmax_rows(acc, bert, 1.0).astype(np.int64)
+    x = acc * np.float64(np.float32(bert))
+    exact = np.exp(x - x.max(-1, keepdims=True))
+    exact = np.rint(127 * exact / exact.sum(-1, keepdims=True))
+    assert np.abs(ours - exact).max() <= normalizer.softmax_lsb(bert)
+
+
+def test_past_the_score_range_an_exp_wraps():
+    """Why fits_scores exists: a value 32 ln 2 below its row's largest gets libgemmini's wrapped shift."""
+    bert, _ = normalizer.softmax_call(5e-4, 16, 32)
+    far = int(1.05 * normalizer.score_range(bert) / bert)
+    row = np.array([[0, -far] + [-far // 3] * 14])
+    assert normalizer.softmax_rows(row, bert, 1.0)[0, 1] > 10  # exact: 0
+    assert not normalizer.fits_scores(bert, far * bert / 2)
+
+
+def test_a_coarse_scale_is_refused():
+    """At the rocc test's 0.05 I-BERT's exp is 46% off (q steps of 0.05 around a 13-step ln 2)."""
+    assert normalizer.exp_error(0.05) > normalizer.MAX_EXP_ERROR
+    assert normalizer.softmax_call(0.05, 64, 16) is None
+    assert normalizer.exp_error(5e-4) < 0.005
+
+
+HOST_PROGRAM = r"""
+#include "gemmini.h"
+int main(void) {
+    static elem_t A[%(I)d * %(K)d] = {%(A)s}, B[%(K)d * %(J)d] = {%(B)s}, C[%(I)d * %(J)d];
+    tiled_matmul_auto(%(I)d, %(J)d, %(K)d, A, B, NULL, C, %(K)d, %(J)d, %(J)d, %(J)d, %(fa)s, %(fb)s,
+                      MVIN_SCALE_IDENTITY, SOFTMAX, %(scale)s, %(bert)s, false, false, false, false, false, 0, WS);
+    for (int i = 0; i < %(I)d * %(J)d; i++) printf("%%d\n", C[i]);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("shape,amp,bert,scale,factor", [
+    ((9, 66, 30), 3, 0.05, 1.0, 1.0), ((7, 128, 32), 127, 6e-4, 1.0, 1.0), ((5, 40, 64), 127, 2e-3, 1.0, 0.42),
+    ((4, 150, 16), 100, 1e-3, 0.5, 0.7)])
+def test_the_host_gemmini_h_computes_the_same(tmp_path, shape, amp, bert, scale, factor):
+    """The C transcription in runtime/host/gemmini.h (what the tests' native programs run) against this one."""
+    from onnx2gemmini.emit.c_kernels import c_float
+    i, j, k = shape
+    r = np.random.default_rng(i * j)
+    a, b = r.integers(-amp, amp + 1, (i, k)), r.integers(-amp, amp + 1, (k, j))
+    source = HOST_PROGRAM % {"I": i, "J": j, "K": k, "A": ",".join(map(str, a.ravel())),
+                             "B": ",".join(map(str, b.ravel())), "fa": c_float(factor), "fb": c_float(factor),
+                             "scale": c_float(scale), "bert": c_float(bert)}
+    (tmp_path / "t.c").write_text(source)
+    subprocess.run(["cc", "-O2", "-I", str(HOST_HEADER_DIR), "t.c", "-o", "t", "-lm"], cwd=tmp_path,
+                   check=True)
+    got = np.array(subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split(),
+                   int).reshape(i, j)
+    acc = mvin_scale(a, factor).astype(np.int64) @ mvin_scale(b, factor).astype(np.int64)
+    np.testing.assert_array_equal(got, normalizer.softmax_rows(acc, float(np.float32(bert)), scale))
+
+
+# --- through the compiler ----------------------------------------------------------------------------
+
+def attention(masked=False, scaled=True):
+    """x [2, 24, 16] -> q, k projections -> softmax(q k^T [/ 4]) x -> y: two batches, two softmax calls."""
+    r = rng(21)
+    inits = {"wq": r.normal(0, 0.3, (16, 16)).astype(np.float32), "wk": r.normal(0, 0.3, (16, 16)).astype(np.float32),
+             "d": np.float32(4.0)}
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores")]
+    last = "scores"
+    if scaled:
+        nodes.append(helper.make_node("Div", ["scores", "d"], ["scaled"], name="scale"))
+        last = "scaled"
+    if masked:
+        inits["mask"] = np.where(np.tri(24, dtype=bool), 0, -1e9).astype(np.float32)
+        nodes.append(helper.make_node("Add", [last, "mask"], ["masked"]))
+        last = "masked"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1, name="softmax"),
+              helper.make_node("MatMul", ["p", "x"], ["y"])]
+    return infer_outputs(nodes, {"x": [2, 24, 16]}, inits)
+
+
+def softmax_steps(compiled):
+    return [s for s in compiled.plan.steps if isinstance(s, Matmul) and s.act == normalizer.SOFTMAX]
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_attention_softmax_runs_on_the_normalizer_and_passes_diff(scaled):
+    compiled, result = compile_and_diff(attention(scaled=scaled), samples=6, config=IBERT)
+    steps = softmax_steps(compiled)
+    assert len(steps) == 2 and not any(isinstance(s, CpuOp) and "Softmax" in type(s.params).__name__
+                                       for s in compiled.plan.steps)
+    assert all(s.tiles["tile_J"] == 2 for s in steps)  # 24 columns: the whole row in one tile
+    layer = next(r for r in result["layers"] if r["name"] == "scores")
+    assert 0 < layer["tolerance_lsb"] <= 3 and layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"]
+    assert result["verdict"]["passed"], result["verdict"]
+
+
+def test_a_wrong_constant_fails_diff():
+    """Negative control: bert_scale 3% off (a softmax of slightly different scores) leaves the tolerance."""
+    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 6, 0), config=IBERT)
+    plan = compiled.plan
+    steps = [dataclasses.replace(s, bert_scale=s.bert_scale * 1.5) if s in softmax_steps(compiled) else s
+             for s in plan.steps]
+    broken = dataclasses.replace(compiled, plan=dataclasses.replace(plan, steps=steps))
+    from onnx2gemmini.compare import run_diff
+    assert not run_diff(broken, random_dataset(attention(), 6, 1))["verdict"]["passed"]
+
+
+def test_off_by_default_and_never_with_a_mask():
+    compiled, _ = compile_and_diff(attention(), samples=4, config="ibert")
+    assert not softmax_steps(compiled)  # the ibert preset keeps the CPU form unless asked
+    compiled, result = compile_and_diff(attention(masked=True), samples=4, config=IBERT)
+    assert not softmax_steps(compiled) and result["verdict"]["passed"]
+    compiled, _ = compile_and_diff(attention(), samples=4, config=dataclasses.replace(IBERT, has_normalizations=False))
+    assert not softmax_steps(compiled)
+
+
+def test_the_c_program_matches_the_emulator(tmp_path):
+    """The generated C, built natively against the host gemmini.h, prints PASS (exact) with CHECK_LAYERS=1 and
+    clears the SOFTMAX read-out after each call (Gemmini's functional model keeps it otherwise)."""
+    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 6, 0), config=IBERT)
+    write_outputs(compiled, tmp_path / "out", emit=("c",))
+    c_dir = tmp_path / "out" / "c"
+    source = (c_dir / "model.c").read_text()
+    assert source.count("SOFTMAX, 0x1p+0f") == 2 == source.count("clears the SOFTMAX read-out")
+    hostc.build(c_dir, ("model-selftest",), make_vars={"CHECK_LAYERS": "1"})
+    text = subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, text=True, timeout=300).stdout
+    assert "PASS (exact)" in text, text[-1500:]
+
+
+def test_the_mlir_back_end_refuses_it_clearly(tmp_path):
+    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)
+    with pytest.raises(UnsupportedError, match="normalizer"):
+        write_outputs(compiled, tmp_path / "out", emit=("mlir",))
+
+
+def test_the_emulator_runs_it_from_the_accumulators():
+    """The emulator's step equals softmax_rows of the int32 product of the mvin-scaled operands."""
+    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)
+    step = softmax_steps(compiled)[0]
+    emu = Emulator(compiled.plan)
+    buffers = emu.run({"x": rng(3).normal(size=(2, 24, 16)).astype(np.float32)}, keep=True)
+    a = mvin_scale(emu.get(buffers, step.A).reshape(step.I, step.K), step.A_scale_factor).astype(np.int64)
+    b = mvin_scale(emu.get(buffers, step.B).reshape(step.K, step.J), step.B_scale_factor).astype(np.int64)
+    want = normalizer.softmax_rows(a @ b, step.bert_scale, step.scale)
+    np.testing.assert_array_equal(emu.get(buffers, step.C).reshape(step.I, step.J), want)
