@@ -20,12 +20,12 @@ from .quant.calibrate import collect, statistics
 from .config import PRESETS, GemminiConfig, load_config
 from .data import Dataset, fit_samples, load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
-from .golden import build_float, softmax_scores
+from .golden import build_float
 from .scratchpad import find_hazards
 from .tiling import TILINGS, apply_tiles, attach_costs
 from .graph import Graph, ValueInfo, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
-from .passes import run_passes
+from .passes import fuse_softmax, run_passes
 from .plan import Plan
 from .planner import build_plan, preflight
 from .ops import keep_float as keep_float_mod
@@ -264,17 +264,20 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
             tell = lambda done: phase.tell("calibrate", done, data.num_samples)  # noqa: E731
             mean_tensors = weighted if bias_correction else []
             if calib_method == selection.AUTO:
-                found = collect(build_float(graph), data, graph_activations(graph) + softmax_scores(graph),
-                                mean_tensors, progress=tell)
+                found = collect(build_float(graph), data, graph_activations(graph), mean_tensors, progress=tell)
                 method, amax, calibration = selection.auto(
                     graph, found, lambda r, m, name: table(r, m if bias_correction else None, name), handlers)
                 means = found.means() if bias_correction else None
             else:
-                stats = statistics(build_float(graph), data, calib_method,
-                                   graph_activations(graph) + softmax_scores(graph), mean_tensors, progress=tell)
+                stats = statistics(build_float(graph), data, calib_method, graph_activations(graph), mean_tensors,
+                                   progress=tell)
                 amax, means = stats.amax, (stats.means if bias_correction else None)
                 method, calibration = calib_method, selection.forced(calib_method)
     with phase("quantize"):
+        if data is not None and fuse_softmax.wanted(cfg):  # where the calibrated scores suit the normalizer
+            fused, kept_on_cpu = fuse_softmax.run_calibrated(graph, cfg, table(amax, None, method).scales, amax)
+            changes, warnings = changes + [f"fuse_softmax: {line}" for line in fused], warnings + kept_on_cpu
+            handlers = handlers_for(graph)
         if data is None:
             quant = build_table(graph, handlers, amax, method, 0, None, group, kept, None)
         else:

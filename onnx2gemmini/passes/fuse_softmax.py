@@ -1,58 +1,112 @@
-"""MatMul(A, B) -> [Mul or Div by a scalar] -> Softmax(last axis): attention scores and their softmax as one
-Gemmini call, the softmax applied by the normalizer as the accumulators are read out (normalizer.py), where
-the config has one (has_normalizations) and asks for it (normalizer_softmax).
+"""MatMul(A, B) -> [Mul or Div by a scalar] -> [a Flatten or Reshape keeping the last axis] -> Softmax(last
+axis): attention scores and their softmax as one Gemmini call, the softmax applied by the normalizer as the
+accumulators are read out (normalizer.py), where the config has one (has_normalizations) and asks for it
+(normalizer_softmax).
 
-Only a product of two activations (the normalizer reads one row of the whole J dimension from the
-accumulator, which a weight matmul would also allow, but no model was seen to need it), a softmax without an
-attention mask, and rows that fit half the accumulator (gemmini.h double-buffers: J padded to DIM <=
-acc_rows / 2). The golden computes the scores and their softmax in float, one quantization at the end.
+Unlike the other passes this one runs after calibration (compiler.py): whether the normalizer computes a
+softmax right depends on the scores' scale and span (normalizer.softmax_call, fits_scores), which only the
+calibrated ranges tell. A softmax that does not suit it stays on the CPU, and the compile says why.
+
+Only a product of two activations, a softmax without an attention mask, and rows that fit half the
+accumulator (gemmini.h double-buffers: J padded to DIM <= acc_rows / 2). The golden computes the scores and
+their softmax in float, one quantization at the end.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from .. import normalizer
 from ..config import GemminiConfig
-from ..graph import Fused, Graph
+from ..graph import Fused, Graph, Node
 from .rewrite import absorb_successor
 
 
-def run(graph: Graph, config: GemminiConfig) -> list[str]:
-    if not (config.has_normalizations and config.normalizer_softmax):
-        return []
-    changes = []
-    for node in list(graph.nodes):
+@dataclass(frozen=True)
+class Match:
+    matmul: Node
+    between: tuple[Node, ...]  # the scalar Mul/Div and the Flatten/Reshape, in order
+    softmax: Node
+    factor: float              # what the scores are multiplied by between the MatMul and the Softmax
+
+
+def wanted(config: GemminiConfig) -> bool:
+    return config.has_normalizations and config.normalizer_softmax
+
+
+def run_calibrated(graph: Graph, config: GemminiConfig, scales: dict[str, float],
+                   amax: dict[str, float]) -> tuple[list[str], list[str]]:
+    """Fuse every match whose scores suit the normalizer at the calibrated `scales` (of the unfused graph)
+    and ranges `amax`: (the change log, a warning per softmax left on the CPU)."""
+    changes, kept = [], []
+    for m in candidates(graph, config):
+        a, b = m.matmul.inputs
+        scores = m.matmul.outputs[0]
+        k, j = graph.shapes[a][-1], graph.shapes[scores][-1]
+        call = normalizer.softmax_call(scales[a] * scales[b] * m.factor, j, k)
+        span = 2 * amax.get(scores, 0.0) * m.factor
+        if call is None:
+            kept.append(f"softmax '{m.softmax.name}' stays on the CPU: its scores' scale "
+                        f"({scales[a] * scales[b] * m.factor:.3g}) does not suit Gemmini's normalizer (its int32 "
+                        "sums would wrap, or its exp would be too coarse)")
+        elif not normalizer.fits_scores(call[0], span / 2):
+            kept.append(f"softmax '{m.softmax.name}' stays on the CPU: its scores span {span:.3g} on the "
+                        f"calibration data; Gemmini's normalizer exponentiates right up to "
+                        f"{normalizer.score_range(call[0]) / normalizer.SCORE_HEADROOM:.3g}")
+        else:
+            changes.append(fuse(graph, m))
+    return changes, kept
+
+
+def candidates(graph: Graph, config: GemminiConfig) -> list[Match]:
+    found = []
+    for node in graph.nodes:
         if node.op_type != "MatMul" or node.fused != Fused() or len(node.inputs) != 2:
             continue
         if any(graph.const(i) is not None or graph.is_index(i) for i in node.inputs):
             continue
-        factor, scaled = 1.0, graph.only_consumer(node.outputs[0])
-        between = None
-        if scaled is not None and scaled.op_type in ("Mul", "Div") and scaled.fused == Fused():
-            factor = _scalar_factor(graph, scaled, node.outputs[0])
-            if factor is not None:
-                between, scaled = scaled, graph.only_consumer(scaled.outputs[0])
-        softmax = scaled
-        if softmax is None or softmax.op_type != "Softmax" or softmax.fused != Fused() or factor is None:
-            continue
         shape = graph.shapes.get(node.outputs[0])
-        if not shape or len(shape) < 2 or softmax.attrs.get("axis", -1) % len(shape) != len(shape) - 1:
+        factor, between, last = 1.0, [], node.outputs[0]
+        follower = graph.only_consumer(last)
+        if follower is not None and follower.op_type in ("Mul", "Div") and follower.fused == Fused():
+            factor = _scalar_factor(graph, follower, last)
+            if factor is None:
+                continue
+            between.append(follower)
+            last, follower = follower.outputs[0], graph.only_consumer(follower.outputs[0])
+        if follower is not None and follower.op_type in ("Flatten", "Reshape") and _keeps_rows(graph, follower):
+            between.append(follower)  # an opset-11 Softmax arrives as Flatten -> Softmax(last axis) -> Reshape
+            last, follower = follower.outputs[0], graph.only_consumer(follower.outputs[0])
+        softmax = follower
+        if softmax is None or softmax.op_type != "Softmax" or softmax.fused != Fused() or not shape or len(shape) < 2:
             continue
-        if graph.opset < 13 and len(shape) != 2:  # before opset 13 Softmax flattens every axis from `axis` on
+        rank = len(graph.shapes[last])
+        if softmax.attrs.get("axis", -1) % rank != rank - 1 or (graph.opset < 13 and rank != 2):
+            continue  # before opset 13 Softmax flattens every axis from `axis` on
+        if -(-shape[-1] // config.dim) * config.dim > config.acc_rows // 2:
             continue
-        j_rows = -(-shape[-1] // config.dim) * config.dim
-        if j_rows > config.acc_rows // 2 or any(t in graph.fixed_scales for t in node.outputs + softmax.outputs):
+        if any(t in graph.fixed_scales for n in [node, *between, softmax] for t in n.outputs):
             continue
-        for absorbed in ([between] if between is not None else []) + [softmax]:
-            absorb_successor(graph, node, absorbed)
-        node.fused = replace(node.fused, softmax=factor)
-        via = f" and {between.name} ({between.op_type} by {factor:g})" if between is not None else ""
-        changes.append(f"{node.name} (MatMul){via} and {softmax.name} (Softmax) fused: the softmax on Gemmini's "
-                       "normalizer")
-    return changes
+        found.append(Match(node, tuple(between), softmax, factor))
+    return found
+
+
+def fuse(graph: Graph, m: Match) -> str:
+    """The MatMul takes over the Softmax's output; the nodes between disappear. Returns the change line."""
+    for absorbed in m.between + (m.softmax,):
+        absorb_successor(graph, m.matmul, absorbed)
+    m.matmul.fused = replace(m.matmul.fused, softmax=m.factor)
+    via = "".join(f" and {n.name} ({n.op_type})" for n in m.between)
+    return f"{m.matmul.name} (MatMul){via} and {m.softmax.name} (Softmax) fused: the softmax on Gemmini's normalizer"
+
+
+def _keeps_rows(graph: Graph, node) -> bool:
+    """A Flatten or Reshape that keeps the last axis: every row of scores stays one row."""
+    before, after = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
+    return bool(before and after) and before[-1] == after[-1]
 
 
 def _scalar_factor(graph: Graph, node, scores: str) -> float | None:
-    """x * c or x / c with c a scalar constant, as the factor on x; None otherwise."""
+    """x * c or x / c with c a positive scalar constant, as the factor on x; None otherwise."""
     if len(node.inputs) != 2 or scores not in node.inputs:
         return None
     other = node.inputs[1] if node.inputs[0] == scores else node.inputs[0]
@@ -60,6 +114,6 @@ def _scalar_factor(graph: Graph, node, scores: str) -> float | None:
     if value is None or value.size != 1 or (node.op_type == "Div" and node.inputs[1] != other):
         return None
     c = float(value.reshape(()))
-    if node.op_type == "Div":
-        return 1.0 / c if c > 0 else None
-    return c if c > 0 else None
+    if c <= 0:
+        return None
+    return 1.0 / c if node.op_type == "Div" else c
