@@ -203,12 +203,6 @@ def test_the_c_program_matches_the_emulator(tmp_path):
     assert "PASS (exact)" in text, text[-1500:]
 
 
-def test_the_mlir_back_end_refuses_it_clearly(tmp_path):
-    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)
-    with pytest.raises(UnsupportedError, match="normalizer"):
-        write_outputs(compiled, tmp_path / "out", emit=("mlir",))
-
-
 def test_the_emulator_runs_it_from_the_accumulators():
     """The emulator's step equals softmax_rows of the int32 product of the mvin-scaled operands."""
     compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)

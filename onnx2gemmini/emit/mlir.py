@@ -387,10 +387,6 @@ class _Forward:
                       "-lower-gemmini tiles by its own heuristic)")
 
     def _matmul(self, s: Matmul) -> None:
-        if s.act == SOFTMAX:
-            raise UnsupportedError(f"--emit mlir: matmul '{s.node}' applies Gemmini's normalizer (SOFTMAX), which "
-                                   "the MLIR back end does not emit yet; emit c and qdq, or set "
-                                   "normalizer_softmax to false")
         dense_strides = (s.stride_A, s.stride_B, s.stride_C) == (s.K, s.J, s.J) and (not s.D or s.stride_D == s.J)
         if not dense_strides:
             raise UnsupportedError(f"--emit mlir: matmul '{s.node}' uses row strides; tile_matmul reads dense "
@@ -404,8 +400,15 @@ class _Forward:
                  memref_type((s.I, s.J), self.elem_of(s.C)), memref_type(d_shape, "i32"))
         attrs = (f"accScale = {f32_attr(s.scale)}, act = {i64_attr(s.act)}, dataflow = {i64_attr(1)}, "
                  + ("fullC = true, " if s.full_C else "") + f"repeatingBias = {bool_attr(s.repeating_bias)}")
+        if s.act == SOFTMAX:  # Gemmini's normalizer: its constants' scale, and the operands' mvin scale
+            attrs += (f", bertScale = {f32_attr(s.bert_scale)}, aScaleFactor = {f32_attr(s.A_scale_factor)}, "
+                      f"bScaleFactor = {f32_attr(s.B_scale_factor)}")
         self._tiles(s)
         self.emit_local(f'"gemmini.tile_matmul"({a}, {b}, {c}, {d}) {{{attrs}}} : ({", ".join(types)}) -> ()')
+        if s.act == SOFTMAX:  # Gemmini's functional model keeps SOFTMAX through a later config_st with act 0
+            zero = self.i64(0, "c0")
+            self.emit_local(f'"gemmini.config_st"({zero}) {{activation = {i64_attr(1)}, scale = {f32_attr(1.0)}}} '
+                            ": (i64) -> ()")
 
     def _conv(self, s: Conv) -> None:
         poh, pow_ = s.pool_out_dims

@@ -36,7 +36,8 @@ static void *base(const o2g_unranked_memref *m, int rank, int64_t *sizes)
 /* tile_matmul's lowering: I = A rows, K = A cols, J = B cols; row strides are shape[1] of each operand;
  * with full_C (fullC) C is acc_t and receives the raw accumulators */
 static void tile_matmul(o2g_unranked_memref *a, o2g_unranked_memref *b, o2g_unranked_memref *c,
-                        o2g_unranked_memref *d, float acc_scale, int64_t act, int64_t repeating_bias, bool full_C)
+                        o2g_unranked_memref *d, float acc_scale, int64_t act, int64_t repeating_bias, bool full_C,
+                        float bert_scale, float a_scale_factor, float b_scale_factor)
 {
     int64_t sa[2], sb[2], sc[2], sd[2];
     const elem_t *pa = (const elem_t *)base(a, 2, sa);
@@ -44,22 +45,24 @@ static void tile_matmul(o2g_unranked_memref *a, o2g_unranked_memref *b, o2g_unra
     void *pc = base(c, 2, sc);
     const acc_t *pd = (const acc_t *)base(d, 2, sd);
     tiled_matmul_auto((size_t)sa[0], (size_t)sb[1], (size_t)sa[1], pa, pb, pd, pc, (size_t)sa[1],
-                      (size_t)sb[1], (size_t)sd[1], (size_t)sc[1], 1.0f, 1.0f, 1, (int)act, acc_scale,
-                      0.0f, repeating_bias != 0, false, false, full_C, false, 0, WS);
+                      (size_t)sb[1], (size_t)sd[1], (size_t)sc[1], a_scale_factor, b_scale_factor, 1, (int)act,
+                      acc_scale, bert_scale, repeating_bias != 0, false, false, full_C, false, 0, WS);
 }
 
 void _mlir_ciface_o2g_test_tile_matmul(o2g_unranked_memref *a, o2g_unranked_memref *b,
                                        o2g_unranked_memref *c, o2g_unranked_memref *d, float acc_scale,
-                                       int64_t act, int64_t repeating_bias)
+                                       int64_t act, int64_t repeating_bias, float bert_scale,
+                                       float a_scale_factor, float b_scale_factor)
 {
-    tile_matmul(a, b, c, d, acc_scale, act, repeating_bias, false);
+    tile_matmul(a, b, c, d, acc_scale, act, repeating_bias, false, bert_scale, a_scale_factor, b_scale_factor);
 }
 
 void _mlir_ciface_o2g_test_tile_matmul_full(o2g_unranked_memref *a, o2g_unranked_memref *b,
                                             o2g_unranked_memref *c, o2g_unranked_memref *d, float acc_scale,
-                                            int64_t act, int64_t repeating_bias)
+                                            int64_t act, int64_t repeating_bias, float bert_scale,
+                                            float a_scale_factor, float b_scale_factor)
 {
-    tile_matmul(a, b, c, d, acc_scale, act, repeating_bias, true);
+    tile_matmul(a, b, c, d, acc_scale, act, repeating_bias, true, bert_scale, a_scale_factor, b_scale_factor);
 }
 
 void _mlir_ciface_o2g_test_tile_conv(o2g_unranked_memref *input, o2g_unranked_memref *weights,

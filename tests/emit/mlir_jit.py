@@ -32,13 +32,14 @@ PIPELINE = ("builtin.module(finalize-memref-to-llvm,convert-func-to-llvm,convert
             "reconcile-unrealized-casts)")
 
 SHIMS = """\
-  func.func private @o2g_test_tile_matmul(memref<*xi8>, memref<*xi8>, memref<*xi8>, memref<*xi32>, f32, i64, i64) attributes {llvm.emit_c_interface}
-  func.func private @o2g_test_tile_matmul_full(memref<*xi8>, memref<*xi8>, memref<*xi32>, memref<*xi32>, f32, i64, i64) attributes {llvm.emit_c_interface}
+  func.func private @o2g_test_tile_matmul(memref<*xi8>, memref<*xi8>, memref<*xi8>, memref<*xi32>, f32, i64, i64, f32, f32, f32) attributes {llvm.emit_c_interface}
+  func.func private @o2g_test_tile_matmul_full(memref<*xi8>, memref<*xi8>, memref<*xi32>, memref<*xi32>, f32, i64, i64, f32, f32, f32) attributes {llvm.emit_c_interface}
   func.func private @o2g_test_tile_conv(memref<*xi8>, memref<*xi8>, memref<*xi32>, memref<*xi8>, i64, i64, i64, f32, i64, i64, i64, i64, i64, i64) attributes {llvm.emit_c_interface}
 """
-OP = re.compile(r'^(\s*)"gemmini\.(tile_matmul|tile_conv|flush)"\((.*?)\)(?: \{(.*?)\})? : \((.*?)\) -> \(\)$')
+OP = re.compile(r'^(\s*)"gemmini\.(tile_matmul|tile_conv|flush|config_st)"\((.*?)\)(?: \{(.*?)\})? : \((.*?)\) -> \(\)$')
 ATTR = re.compile(r"(\w+) = ([^,]+?)(?: : (\w+))?(?:,|$)")
-MATMUL_ATTRS = (("accScale", "f32", "1.0"), ("act", "i64", "0"), ("repeatingBias", "i64", "false"))
+MATMUL_ATTRS = (("accScale", "f32", "1.0"), ("act", "i64", "0"), ("repeatingBias", "i64", "false"),
+                ("bertScale", "f32", "0.0"), ("aScaleFactor", "f32", "1.0"), ("bScaleFactor", "f32", "1.0"))
 CONV_ATTRS = (("scale", "f32", "1.0"), ("stride", "i64", "1"), ("padding", "i64", "0"), ("act", "i64", "0"),
               ("poolSize", "i64", "0"), ("poolStride", "i64", "0"), ("poolPadding", "i64", "0"))
 
@@ -96,7 +97,7 @@ def host_module(text: str) -> str:
             out.append(line)
             continue
         indent, op, operands, attrs, types = m.groups()
-        if op == "flush":
+        if op in ("flush", "config_st"):  # the host tile ops take their whole configuration per call
             continue
         values = {k: v.strip() for k, v, _ in ATTR.findall(attrs or "")}
         operands = [o.strip() for o in operands.split(",")]

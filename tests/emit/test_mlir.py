@@ -425,6 +425,20 @@ def test_lowered_module_runs_like_the_emulator(name, host_runtime):
     run_step_checked(compiled.plan, host_runtime, samples_of(model))
 
 
+def test_normalizer_softmax_lowers_and_runs_like_the_emulator(host_runtime):
+    """A softmax on Gemmini's normalizer (tests/test_normalizer.py): tile_matmul carries act 4, bertScale and
+    the operands' mvin scale, a config_st with RELU follows it, and the module runs like the emulator."""
+    from tests.test_normalizer import IBERT, attention
+    model = attention()
+    compiled = compile_model(model, 6, config=IBERT)
+    steps = [s for s in compiled.plan.steps if isinstance(s, Matmul) and s.act == 4]
+    assert len(steps) == 2
+    text = emit_mlir(compiled.plan)
+    assert text.count("act = 4 : i64") == 2 and text.count("bertScale = ") == 2
+    assert text.count("aScaleFactor = ") == 2 == text.count('"gemmini.config_st"')
+    run_step_checked(compiled.plan, host_runtime, samples_of(model))
+
+
 def test_module_and_runtime_are_a_complete_program(digits, host_runtime, tmp_path):
     plan = digits.plan
     exe = mlir_jit.build_program(emit_mlir(plan), host_runtime, [plan.tensors[t].shape for t in plan.inputs],
