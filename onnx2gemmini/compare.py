@@ -53,7 +53,7 @@ def step_tolerance(step, plan) -> Tolerance:
                                                           "float32 output rounds them")
     if isinstance(step, Matmul) and step.act == normalizer.SOFTMAX:
         error = normalizer.exp_error(step.bert_scale)
-        return Tolerance(normalizer.softmax_lsb(step.bert_scale), 1.0,
+        return Tolerance(normalizer.softmax_lsb(step.bert_scale, step.D is not None), 1.0,
                          f"Gemmini's normalizer: I-BERT's integer exp, within {error:.2%} of exp, against "
                          "onnxruntime's float softmax")
     if isinstance(step, Matmul) and step.mean_of:

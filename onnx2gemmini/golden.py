@@ -151,13 +151,16 @@ class _Builder:
         return operands
 
     def softmax_of(self, node: Node, raw: str) -> None:
-        """raw -> [Mul by the scalar between] -> Softmax(last axis) -> Reshape to the output's shape -> Q/DQ:
-        scores and softmax in float, one quantization (passes/fuse_softmax.py)."""
+        """raw -> [Mul by the scalar between] -> [Add the bias] -> Softmax(last axis) -> Reshape to the output's
+        shape -> Q/DQ: scores and softmax in float, one quantization (passes/fuse_softmax.py)."""
         out = node.outputs[0]
         if node.fused.softmax != 1.0:
             factor = self.init(f"{out}__scores_factor", np.float32(node.fused.softmax))
             self.node("Mul", [raw, factor], [f"{out}__scores"], name=f"{node.name}__scores")
             raw = f"{out}__scores"
+        if node.fused.softmax_bias:  # Swin's relative position bias
+            self.node("Add", [raw, self.operand(node.fused.softmax_bias)], [f"{out}__biased"], name=f"{node.name}__bias")
+            raw = f"{out}__biased"
         self.node("Softmax", [raw], [f"{out}__rows"], name=f"{node.name}__Softmax", axis=-1)
         shape = self.init(f"{out}__shape", np.asarray(self.graph.shapes[out], np.int64))  # a Flatten in between
         self.node("Reshape", [f"{out}__rows", shape], [f"{out}__preq"], name=f"{node.name}__Reshape")

@@ -78,6 +78,9 @@ class Fused:
     # with has_normalizations): the scalar the scores were multiplied by between the two (1.0 if nothing);
     # the MatMul writes the Softmax's output
     softmax: float | None = None
+    # and the constant added to the scores before the Softmax (Swin's relative position bias): its initializer;
+    # it becomes the matmul's int32 bias D, one per batch
+    softmax_bias: str | None = None
 
 
 @dataclass

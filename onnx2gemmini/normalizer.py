@@ -97,18 +97,20 @@ def softmax_rows(acc: np.ndarray, bert_scale: float, scale: float) -> np.ndarray
     return acc_scale(acc_scale(e, inv), scale)  # p = 127 e / sum in int8, then the read-out scale
 
 
-def softmax_call(real_scale: float, J: int, K: int) -> tuple[float, float] | None:
+def softmax_call(real_scale: float, J: int, K: int, bias: float = 0.0) -> tuple[float, float] | None:
     """(bert_scale, mvin factor for A and B) for a SOFTMAX read-out of an int8 x int8 product over K terms
     whose accumulators have real scale `real_scale`, rows of J: the factor is 1 where no int32 can wrap,
     else the largest one (in steps of 2^-1/8) that makes the accumulators coarse enough, A and B both
     rounded by the mvin scaler to int8 values factor times their own (the product's real scale grows by
     1/factor^2), and where I-BERT's exp is within MAX_EXP_ERROR (exp_error: at fine scales qln2_inv =
-    65536 // qln2 is a small integer and z comes out wrong). None if no factor down to 1/64 does both."""
-    largest = K * 128 * 128
+    65536 // qln2 is a small integer and z comes out wrong). `bias`: the largest |constant| added to the
+    scores (in real units; the int32 D round(bias / bert_scale) adds to the accumulators). None if no
+    factor down to 1/64 does both."""
     factor = 1.0
     while factor >= 1 / 64:
         a = float(_f32(factor))
         bert = float(_f32(real_scale / (a * a)))
+        largest = K * 128 * 128 + int(np.ceil(bias / bert))
         if softmax_fits(bert, J, largest) and exp_error(bert) <= MAX_EXP_ERROR:
             return bert, a
         factor *= 2 ** -0.125
@@ -134,11 +136,12 @@ def exp_error(bert_scale: float) -> float:
     return float(np.max(np.abs(ratio / np.exp(q * s) - 1.0)))
 
 
-def softmax_lsb(bert_scale: float) -> int:
+def softmax_lsb(bert_scale: float, biased: bool = False) -> int:
     """The largest difference, in 1/127, between the normalizer's softmax and an exact one quantized the same
-    way: each exp within exp_error(S) = e of its exact value, so each probability within a relative
-    2e / (1 - e), plus one LSB for the two roundings landing on either side."""
-    e = exp_error(bert_scale)
+    way: each exp within exp_error(S) = e of its exact value (and, with a bias D rounded to whole units of S,
+    its score within S / 2: e grows by S / 2), so each probability within a relative 2e / (1 - e), plus one
+    LSB for the two roundings landing on either side."""
+    e = exp_error(bert_scale) + (float(np.expm1(bert_scale / 2)) if biased else 0.0)
     return int(np.floor(127 * 2 * e / (1 - e))) + 1
 
 

@@ -11,7 +11,8 @@ within 0.5 dB), whether `diff` passed, the CPU steps, and the estimated CPU cycl
 (instructions measured on Spike times the config's CPI).
 
 Models: a 4-layer encoder (d 256, 8 heads, 128 tokens, ReLU; scripts/bench_host.py's) and a 2-layer
-encoder with GELU (d 256, 8 heads, 128 tokens), seeded normal inputs; and a trained one, PP-OCRv4's SVTR text
+encoder with GELU (d 256, 8 heads, 128 tokens), two of torchvision's Swin blocks (a plain one with its
+relative position bias, a shifted one), seeded normal inputs; and a trained one, PP-OCRv4's SVTR text
 recognizer (scripts/bench_real_models.py's ppocr_rec: its pinned wheel, rendered text lines, 16 calibration
 and 32 held-out lines), unless --no-real. A softmax whose calibrated scores do not suit the normalizer stays
 on the CPU: the normalizer column counts the softmaxes it took.
@@ -51,6 +52,27 @@ def export(name: str, folder: Path) -> Path:
     torch.onnx.export(module, (torch.randn(1, 128, 256),), str(path), dynamo=False, opset_version=17,
                       input_names=["x"], output_names=["y"])
     return path
+
+
+def swin_blocks(folder: Path, samples: int, held_out: int, rng) -> tuple[Path, Dataset, Dataset, None]:
+    """Two of torchvision's Swin blocks (dim 32, 2 heads, 7x7 windows on a 14x14 map): one plain, its
+    attention scores plus the relative position bias; one shifted, whose window mask keeps it on the CPU."""
+    import torch
+    sys.path.insert(0, str(SCRIPTS))
+    import zoo
+
+    zoo.torchvision_models()  # imports torchvision the way that works beside this torch
+    from torchvision.models.swin_transformer import SwinTransformerBlock
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(SwinTransformerBlock(32, 2, [7, 7], [0, 0]),
+                                 SwinTransformerBlock(32, 2, [7, 7], [3, 3])).eval()
+    path = folder / "swin_blocks.onnx"
+    torch.onnx.export(module, (torch.randn(1, 14, 14, 32),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    data = rng.standard_normal((samples + held_out, 1, 14, 14, 32)).astype(np.float32)
+    return (path, Dataset({"x": data[:samples]}, None, "seeded normal"),
+            Dataset({"x": data[samples:]}, None, "seeded normal"), None)
 
 
 def svtr(calib_n: int = 16, eval_n: int = 32) -> tuple[Path, Dataset, Dataset, dict]:
@@ -95,6 +117,7 @@ def main() -> None:
             data = rng.standard_normal((args.samples + args.eval, 1, 128, 256)).astype(np.float32)
             cases.append((name, model, *(Dataset({"x": d}, None, "seeded normal") for d in
                                          (data[:args.samples], data[args.samples:])), None))
+        cases.append(("swin_blocks", *swin_blocks(Path(tmp), args.samples, args.eval, rng)))
         if not args.no_real:
             cases.append(("ppocr_rec", *svtr()))
         for name, model, calib, held_out, shape in cases:

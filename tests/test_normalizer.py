@@ -118,9 +118,10 @@ def test_the_host_gemmini_h_computes_the_same(tmp_path, shape, amp, bert, scale,
 
 # --- through the compiler ----------------------------------------------------------------------------
 
-def attention(masked=False, scaled=True, wide=1.0, opset=17):
-    """x [2, 24, 16] -> q, k projections -> softmax(q k^T [/ 4]) x -> y: two batches, two softmax calls;
-    `wide` multiplies the query weights (and so the scores' span)."""
+def attention(masked=False, scaled=True, wide=1.0, opset=17, biased=False):
+    """x [2, 24, 16] -> q, k projections -> softmax(q k^T [/ 4] [+ a constant per batch, Swin's relative
+    position bias]) x -> y: two batches, two softmax calls; `wide` multiplies the query weights (and so the
+    scores' span)."""
     r = rng(21)
     inits = {"wq": wide * r.normal(0, 0.3, (16, 16)).astype(np.float32),
              "wk": r.normal(0, 0.3, (16, 16)).astype(np.float32), "d": np.float32(4.0)}
@@ -131,6 +132,10 @@ def attention(masked=False, scaled=True, wide=1.0, opset=17):
     if scaled:
         nodes.append(helper.make_node("Div", ["scores", "d"], ["scaled"], name="scale"))
         last = "scaled"
+    if biased:
+        inits["relative"] = r.normal(0, 1.0, (2, 24, 24)).astype(np.float32)
+        nodes.append(helper.make_node("Add", [last, "relative"], ["biased"], name="bias"))
+        last = "biased"
     if masked:
         inits["mask"] = np.where(np.tri(24, dtype=bool), 0, -1e9).astype(np.float32)
         nodes.append(helper.make_node("Add", [last, "mask"], ["masked"]))
@@ -154,6 +159,18 @@ def test_attention_softmax_runs_on_the_normalizer_and_passes_diff(scaled):
     layer = next(r for r in result["layers"] if r["name"] == "scores")
     assert 0 < layer["tolerance_lsb"] <= 3 and layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"]
     assert result["verdict"]["passed"], result["verdict"]
+
+
+def test_a_constant_added_to_the_scores_becomes_the_int32_bias():
+    """Swin's relative position bias: one D per batch in whole units of bert_scale, not repeated."""
+    compiled, result = compile_and_diff(attention(biased=True), samples=6, config=IBERT)
+    steps = softmax_steps(compiled)
+    assert len(steps) == 2 and all(s.D and not s.repeating_bias for s in steps) and steps[0].D != steps[1].D
+    bias = compiled.graph.initializers["relative"]
+    d = compiled.plan.constants[steps[1].D].astype(np.float64) * np.float32(steps[1].bert_scale)
+    assert np.abs(d - bias[1]).max() <= steps[1].bert_scale / 2 * 1.001
+    layer = next(r for r in result["layers"] if r["name"] == "scores")
+    assert layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"] <= 3 and result["verdict"]["passed"]
 
 
 def test_an_opset_11_softmax_arrives_flattened_and_is_fused():
@@ -190,10 +207,12 @@ def test_off_by_default_and_never_with_a_mask():
     assert not softmax_steps(compiled)
 
 
-def test_the_c_program_matches_the_emulator(tmp_path):
+@pytest.mark.parametrize("biased", [False, True])
+def test_the_c_program_matches_the_emulator(tmp_path, biased):
     """The generated C, built natively against the host gemmini.h, prints PASS (exact) with CHECK_LAYERS=1 and
     clears the SOFTMAX read-out after each call (Gemmini's functional model keeps it otherwise)."""
-    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 6, 0), config=IBERT)
+    model = attention(biased=biased)
+    compiled = o2g.compile(model, calib=random_dataset(model, 6, 0), config=IBERT)
     write_outputs(compiled, tmp_path / "out", emit=("c",))
     c_dir = tmp_path / "out" / "c"
     source = (c_dir / "model.c").read_text()

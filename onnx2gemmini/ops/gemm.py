@@ -173,12 +173,13 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
     pairs = batch_pairs(a.shape[:-2], b.shape[:-2])
     batches = len(pairs)
     read_out = _read_out(node, a, b, y, k, n)
+    biases = _softmax_biases(node, ctx, read_out.get("bert_scale"), a, b, m, n, lowered)
     if batches == 1:
-        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=a.id, B=b.id, D=None, C=y.id, stride_A=k,
-                                    stride_B=n, stride_D=n, stride_C=n, **read_out))
+        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=a.id, B=b.id, C=y.id, stride_A=k,
+                                    stride_B=n, stride_D=n, stride_C=n, **biases[0], **read_out))
         return lowered
     if a.slice_of is not None or b.slice_of is not None:
-        return lowered.add(_copied_batches(node, ctx, a, b, y, read_out))
+        return lowered.add(_copied_batches(node, ctx, a, b, y, read_out, biases))
     flat = {}
     for t, name in ((a, "a_flat"), (b, "b_flat"), (y, "y_flat")):
         flat[name] = ctx.temp(node.name, name, (1, int(np.prod(t.shape, dtype=np.int64))), t.scale, view_of=t.id)
@@ -194,9 +195,31 @@ def activation_matmul(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y
         ai, bi = operand_a[ia], operand_b[ib]
         ci = ctx.channel_slice(node.name, f"c{i}", flat["y_flat"], i * m * n, m * n, y.scale)
         lowered.tensors.append(ci)
-        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
-                                    stride_B=n, stride_D=n, stride_C=n, **read_out))
+        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, C=ci.id, stride_A=k,
+                                    stride_B=n, stride_D=n, stride_C=n, **biases[i], **read_out))
     return lowered
+
+
+def _softmax_biases(node: NodeView, ctx: LowerContext, bert_scale: float | None, a: Tensor, b: Tensor, m: int,
+                    n: int, lowered: Lowered) -> list[dict]:
+    """Per batch of the product, its D and repeating_bias: none; or, for a constant added to the scores of a
+    fused softmax (Fused.softmax_bias), that batch's [m][n] block in whole units of bert_scale as an int32
+    bias (identical blocks, such as one bias per head over many windows, stored once)."""
+    batch_shape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batches = int(np.prod(batch_shape, dtype=np.int64))
+    if not node.fused.softmax_bias:
+        return [{"D": None}] * batches
+    full = np.broadcast_to(np.asarray(node.const(node.fused.softmax_bias), np.float64), batch_shape + (m, n))
+    blocks = np.rint(full.reshape(batches, m, n) / np.float64(np.float32(bert_scale))).astype(np.int32)
+    ids: dict[bytes, str] = {}
+    out = []
+    for i, block in enumerate(blocks):
+        key = block.tobytes()
+        if key not in ids:
+            ids[key] = ctx.const_id(node.name, f"scores_bias{len(ids)}")
+            lowered.constants[ids[key]] = np.ascontiguousarray(block)
+        out.append({"D": ids[key], "repeating_bias": False})
+    return out
 
 
 def _read_out(node: NodeView, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -> dict:
@@ -205,7 +228,8 @@ def _read_out(node: NodeView, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -
     factor that keeps its int32 arithmetic from wrapping (normalizer.softmax_call)."""
     if node.fused.softmax is None:
         return {"act": activation_code(node), "scale": multiplier(a.scale, b.scale, y.scale)}
-    call = normalizer.softmax_call(a.scale * b.scale * node.fused.softmax, n, k)
+    bias = float(np.abs(node.const(node.fused.softmax_bias)).max(initial=0.0)) if node.fused.softmax_bias else 0.0
+    call = normalizer.softmax_call(a.scale * b.scale * node.fused.softmax, n, k, bias)
     if call is None:
         raise UnsupportedError(f"node '{node.name}' (MatMul + Softmax): its scores' scale "
                                f"({a.scale * b.scale:.3g}) does not suit Gemmini's normalizer (its int32 sums "
@@ -215,7 +239,8 @@ def _read_out(node: NodeView, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -
             "B_scale_factor": factor}
 
 
-def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, read_out: dict) -> Lowered:
+def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: Tensor, read_out: dict,
+                    biases: list[dict]) -> Lowered:
     """The batched product on per-batch copies (operands that are strided slices of another buffer)."""
     lowered = Lowered()
     m, k = a.shape[-2:]
@@ -233,8 +258,8 @@ def _copied_batches(node: NodeView, ctx: LowerContext, a: Tensor, b: Tensor, y: 
         lowered.tensors += [ai, bi, ci]
         for src, dst, j in ((a3, ai, ia), (b3, bi, ib)):
             lowered.steps.append(copy_range(node.name, src, dst, 0, j, f"batched matmul: copy of batch {j}"))
-        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, D=None, C=ci.id, stride_A=k,
-                                    stride_B=n, stride_D=n, stride_C=n, **read_out))
+        lowered.steps.append(Matmul(node.name, I=m, J=n, K=k, A=ai.id, B=bi.id, C=ci.id, stride_A=k,
+                                    stride_B=n, stride_D=n, stride_C=n, **biases[i], **read_out))
         parts.append(ci)
     y3 = ctx.temp(node.name, "y_batched", (batches, m, n), y.scale, view_of=y.id)
     lowered.tensors.append(y3)

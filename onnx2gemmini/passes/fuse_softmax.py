@@ -1,7 +1,7 @@
-"""MatMul(A, B) -> [Mul or Div by a scalar] -> [a Flatten or Reshape keeping the last axis] -> Softmax(last
-axis): attention scores and their softmax as one Gemmini call, the softmax applied by the normalizer as the
-accumulators are read out (normalizer.py), where the config has one (has_normalizations) and asks for it
-(normalizer_softmax).
+"""MatMul(A, B) -> [Mul or Div by a scalar] -> [Add of a constant] -> [a Flatten or Reshape keeping the last
+axis] -> Softmax(last axis): attention scores (with Swin's relative position bias: the matmul's int32 D) and
+their softmax as one Gemmini call, the softmax applied by the normalizer as the accumulators are read out
+(normalizer.py), where the config has one (has_normalizations) and asks for it (normalizer_softmax).
 
 Unlike the other passes this one runs after calibration (compiler.py): whether the normalizer computes a
 softmax right depends on the scores' scale and span (normalizer.softmax_call, fits_scores), which only the
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from .. import normalizer
 from ..config import GemminiConfig
 from ..graph import Fused, Graph, Node
@@ -24,9 +26,10 @@ from .rewrite import absorb_successor
 @dataclass(frozen=True)
 class Match:
     matmul: Node
-    between: tuple[Node, ...]  # the scalar Mul/Div and the Flatten/Reshape, in order
+    between: tuple[Node, ...]  # the scalar Mul/Div, the Add of a constant and the Flatten/Reshape, in order
     softmax: Node
     factor: float              # what the scores are multiplied by between the MatMul and the Softmax
+    bias: str | None = None    # the constant then added to them
 
 
 def wanted(config: GemminiConfig) -> bool:
@@ -40,10 +43,10 @@ def run_calibrated(graph: Graph, config: GemminiConfig, scales: dict[str, float]
     changes, kept = [], []
     for m in candidates(graph, config):
         a, b = m.matmul.inputs
-        scores = m.matmul.outputs[0]
-        k, j = graph.shapes[a][-1], graph.shapes[scores][-1]
-        call = normalizer.softmax_call(scales[a] * scales[b] * m.factor, j, k)
-        span = 2 * amax.get(scores, 0.0) * m.factor
+        k, j = graph.shapes[a][-1], graph.shapes[m.matmul.outputs[0]][-1]
+        bias = 0.0 if m.bias is None else float(np.abs(graph.const(m.bias)).max(initial=0.0))
+        call = normalizer.softmax_call(scales[a] * scales[b] * m.factor, j, k, bias)
+        span = 2 * amax.get(m.softmax.inputs[0], 0.0)  # the scores as the Softmax reads them
         if call is None:
             kept.append(f"softmax '{m.softmax.name}' stays on the CPU: its scores' scale "
                         f"({scales[a] * scales[b] * m.factor:.3g}) does not suit Gemmini's normalizer (its int32 "
@@ -73,6 +76,12 @@ def candidates(graph: Graph, config: GemminiConfig) -> list[Match]:
                 continue
             between.append(follower)
             last, follower = follower.outputs[0], graph.only_consumer(follower.outputs[0])
+        bias = None
+        if follower is not None and follower.op_type == "Add" and follower.fused == Fused():
+            bias = _constant_addend(graph, follower, last, shape)
+            if bias is not None:
+                between.append(follower)
+                last, follower = follower.outputs[0], graph.only_consumer(follower.outputs[0])
         if follower is not None and follower.op_type in ("Flatten", "Reshape") and _keeps_rows(graph, follower):
             between.append(follower)  # an opset-11 Softmax arrives as Flatten -> Softmax(last axis) -> Reshape
             last, follower = follower.outputs[0], graph.only_consumer(follower.outputs[0])
@@ -86,7 +95,7 @@ def candidates(graph: Graph, config: GemminiConfig) -> list[Match]:
             continue
         if any(t in graph.fixed_scales for n in [node, *between, softmax] for t in n.outputs):
             continue
-        found.append(Match(node, tuple(between), softmax, factor))
+        found.append(Match(node, tuple(between), softmax, factor, bias))
     return found
 
 
@@ -94,9 +103,23 @@ def fuse(graph: Graph, m: Match) -> str:
     """The MatMul takes over the Softmax's output; the nodes between disappear. Returns the change line."""
     for absorbed in m.between + (m.softmax,):
         absorb_successor(graph, m.matmul, absorbed)
-    m.matmul.fused = replace(m.matmul.fused, softmax=m.factor)
+    m.matmul.fused = replace(m.matmul.fused, softmax=m.factor, softmax_bias=m.bias)
     via = "".join(f" and {n.name} ({n.op_type})" for n in m.between)
     return f"{m.matmul.name} (MatMul){via} and {m.softmax.name} (Softmax) fused: the softmax on Gemmini's normalizer"
+
+
+def _constant_addend(graph: Graph, node, scores: str, shape) -> str | None:
+    """The float constant x + c adds to the scores x, if it broadcasts to their shape without growing it."""
+    if len(node.inputs) != 2 or scores not in node.inputs:
+        return None
+    other = node.inputs[1] if node.inputs[0] == scores else node.inputs[0]
+    value = graph.const(other)
+    if value is None or value.dtype.kind != "f" or value.ndim > len(shape):
+        return None
+    try:
+        return other if np.broadcast_shapes(value.shape, shape) == tuple(shape) else None
+    except ValueError:
+        return None
 
 
 def _keeps_rows(graph: Graph, node) -> bool:

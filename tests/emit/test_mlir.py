@@ -425,11 +425,13 @@ def test_lowered_module_runs_like_the_emulator(name, host_runtime):
     run_step_checked(compiled.plan, host_runtime, samples_of(model))
 
 
-def test_normalizer_softmax_lowers_and_runs_like_the_emulator(host_runtime):
+@pytest.mark.parametrize("biased", [False, True], ids=["plain", "biased"])
+def test_normalizer_softmax_lowers_and_runs_like_the_emulator(host_runtime, biased):
     """A softmax on Gemmini's normalizer (tests/test_normalizer.py): tile_matmul carries act 4, bertScale and
-    the operands' mvin scale, a config_st with RELU follows it, and the module runs like the emulator."""
+    the operands' mvin scale, a config_st with RELU follows it, and the module runs like the emulator (also
+    with a constant added to the scores: a [I][J] bias, not repeated)."""
     from tests.test_normalizer import IBERT, attention
-    model = attention()
+    model = attention(biased=biased)
     compiled = compile_model(model, 6, config=IBERT)
     steps = [s for s in compiled.plan.steps if isinstance(s, Matmul) and s.act == 4]
     assert len(steps) == 2
