@@ -1,17 +1,18 @@
 """Gemmini's normalizer SOFTMAX (configs with has_normalizations): a row softmax applied while the accumulator
 is read out, with I-BERT's integer exponential, computed bit for bit as Gemmini's functional model does it.
 
-Sources, read with their line numbers in the project's notes: gemmini.h's tiled_matmul_outer derives the
-constants from bert_scale (the accumulator's real scale S); libgemmini's gemmini.cc runs the loop_ws
-schedule (a MAX pass, a SUM_EXP pass, then the write) per row of the whole J dimension:
+Sources: gemmini-rocc-tests' include/gemmini.h (tiled_matmul_outer derives the constants from bert_scale,
+the accumulator's real scale S) and ucb-bar/libgemmini's gemmini.cc (apply_iexp, apply_norm, and LOOP_WS's
+schedule: a MAX pass, a SUM_EXP pass, then the write, per row of the whole J dimension):
   e(x) = iexp(x - max(row)),  p = acc_scale(e, 127 / sum(e)),  out = acc_scale(p, scale)
 with iexp(q) = ((qp + qb)^2 + qc) >> z, z = (-q * qln2_inv) >> 16, qp = q + z * qln2; every sum and product an
 int32 that wraps, every shift count taken mod 32 (x86 and RISC-V), acc_scale a float32 product rounded half
 to even and saturated to int8. The output is about 127 * softmax(S * acc): its scale is 1/127 when
 `scale` is 1.
 
-The arithmetic is exact only when no int32 wraps; `softmax_fits` says when that is guaranteed, and the
-planner maps a softmax here only then.
+The result approximates a softmax only where no int32 wraps (`softmax_fits`), where I-BERT's exp is close
+to exp at the scale (`exp_error`) and where no shift count wraps (`fits_scores`); passes/fuse_softmax.py maps
+a softmax here only then (`softmax_call` picks the operands' mvin factor that makes it so).
 """
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ IBERT = dataclasses.replace(PRESETS["ibert"], name="ibert-softmax", normalizer_s
 
 def test_constants_and_exps_are_the_functional_models():
     """gemmini-rocc-tests' softmax test scale (bert_scale 0.05) gives qb 27, qc 383, qln2 13, qln2_inv 5041,
-    and libgemmini's apply_iexp maps these q to these values (the shift count taken mod 32 past z = 31), as
-    recorded from gemmini.cc compiled on x86-64 (the project's normalizer notes)."""
+    and libgemmini's apply_iexp maps these q to these values (the shift count taken mod 32 past z = 31): the
+    values gemmini.cc's apply_iexp, compiled for x86-64, returns for them."""
     k = normalizer.softmax_constants(0.05)
     assert (k.qb, k.qc, k.qln2, k.qln2_inv) == (27, 383, 13, 5041)
     q = np.array([0, -13, -100, -416, -420, -440, -850])
