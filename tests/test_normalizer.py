@@ -222,6 +222,16 @@ def test_the_c_program_matches_the_emulator(tmp_path, biased):
     assert "PASS (exact)" in text, text[-1500:]
 
 
+def test_the_cost_model_counts_the_statistics_passes():
+    """Two more accumulator passes per row (MAX, SUM_EXP): 2 I ceil(J / DIM) estimated cycles on top."""
+    from onnx2gemmini.tiling import cost
+    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)
+    step = softmax_steps(compiled)[0]
+    plain = dataclasses.replace(step, act=0, bert_scale=0.0)
+    extra = cost(step, step.tiles, compiled.config)["est_cycles"] - cost(plain, step.tiles, compiled.config)["est_cycles"]
+    assert extra == 2 * step.I * -(-step.J // compiled.config.dim)
+
+
 def test_the_emulator_runs_it_from_the_accumulators():
     """The emulator's step equals softmax_rows of the int32 product of the mvin-scaled operands."""
     compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)

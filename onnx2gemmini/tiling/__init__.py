@@ -79,7 +79,8 @@ def cost(step, tiles, config) -> dict | None:
     utilization (ESTIMATES), num_tiles. None for CPU steps."""
     if isinstance(step, Matmul):
         t = tiles_tuple(MATMUL_TILE_NAMES, tiles) if tiles else baseline_matmul_tiles(step.I, step.J, step.K, config)
-        return matmul_cost(step.I, step.J, step.K, t, config, step.D is not None, step.c_bytes)
+        c = matmul_cost(step.I, step.J, step.K, t, config, step.D is not None, step.c_bytes)
+        return c if step.act != SOFTMAX else _with_statistics_passes(c, step, config)
     if isinstance(step, Conv):
         g = ConvGeometry.of(step)
         if g.input_dilation != 1:
@@ -92,6 +93,15 @@ def cost(step, tiles, config) -> dict | None:
         return global_average_cost(step.batches, step.channels, step.dim, config,
                                    tiles["channel_tile_size"] if tiles else None)
     return None
+
+
+def _with_statistics_passes(c: dict, step: Matmul, config) -> dict:
+    """A normalizer read-out (SOFTMAX) reads each row's accumulator blocks twice more before writing them (a
+    MAX and a SUM_EXP pass, Gemmini's loop_ws schedule); counted here as one accumulator row read per cycle,
+    with nothing else overlapping: an ESTIMATE like the rest, not measured on hardware."""
+    extra = 2 * step.I * -(-step.J // config.dim)
+    est = c["est_cycles"] + extra
+    return {**c, "est_cycles": est, "utilization": (c["ideal_cycles"] / est) if est else 0.0}
 
 
 def compute_shapes(step, config) -> tuple[TileShape, ...] | None:
