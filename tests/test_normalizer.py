@@ -222,6 +222,14 @@ def test_the_c_program_matches_the_emulator(tmp_path, biased):
     assert "PASS (exact)" in text, text[-1500:]
 
 
+def test_the_report_says_which_steps_run_on_the_normalizer():
+    from onnx2gemmini.emit.report import layer_rows
+    compiled = o2g.compile(attention(), calib=random_dataset(attention(), 4, 0), config=IBERT)
+    rows = layer_rows(compiled.plan, {n.name: n.op_type for n in compiled.graph.nodes})
+    noted = [r for r in rows if "the softmax on Gemmini's normalizer" in r["reason"]]
+    assert len(noted) == 2 and all(r["target"] == "gemmini" and r["name"] == "scores" for r in noted)
+
+
 def test_the_cost_model_counts_the_statistics_passes():
     """Two more accumulator passes per row (MAX, SUM_EXP): 2 I ceil(J / DIM) estimated cycles on top."""
     from onnx2gemmini.tiling import cost

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..cpu import CpuKernel
 from ..memory import align_up, plan_memory
+from ..normalizer import SOFTMAX
 from ..plan import Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd
 from ..version import __version__
 from .names import markdown
@@ -77,9 +78,21 @@ def layer_rows(plan: Plan, node_ops: dict[str, str]) -> list[dict]:
             "baseline_dram_bytes": est.get("baseline_dram_bytes"),
             "est_cycles": est.get("est_cycles"),
             "utilization": est.get("utilization"),
-            "reason": step.reason if isinstance(step, CpuOp) else getattr(step, "heuristic_hazard", ""),
+            "reason": step.reason if isinstance(step, CpuOp) else gemmini_note(step),
         })
     return rows
+
+
+def gemmini_note(step) -> str:
+    """What a reader of the report should know about a Gemmini step: the normalizer's softmax it applies
+    (passes/fuse_softmax.py), and why gemmini.h's own tiles are unsafe for it."""
+    notes = []
+    if isinstance(step, Matmul) and step.act == SOFTMAX:
+        notes.append(f"the softmax on Gemmini's normalizer (bert_scale {step.bert_scale:.4g}, operands through the "
+                     f"mvin scaler at {step.A_scale_factor:.4g})")
+    if getattr(step, "heuristic_hazard", ""):
+        notes.append(step.heuristic_hazard)
+    return "; ".join(notes)
 
 
 def input_entry(plan, tid: str) -> dict:
