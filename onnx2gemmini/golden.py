@@ -132,7 +132,9 @@ class _Builder:
         scale / factor where normalizer.softmax_call coarsens them."""
         ins, shapes = node.inputs, self.graph.shapes
         s_a, s_b = (self.quant.scales[i] for i in ins)
-        call = normalizer.softmax_call(s_a * s_b * node.fused.softmax, shapes[node.outputs[0]][-1], shapes[ins[0]][-1])
+        bias = self.graph.const(node.fused.softmax_bias) if node.fused.softmax_bias else None
+        call = normalizer.softmax_call(s_a * s_b * node.fused.softmax, shapes[node.outputs[0]][-1], shapes[ins[0]][-1],
+                                       bias)
         if call is None or call[1] == 1.0:
             return list(ins)
         operands = []

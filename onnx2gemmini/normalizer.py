@@ -16,6 +16,7 @@ a softmax here only then (`softmax_call` picks the operands' mvin factor that ma
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,20 +99,21 @@ def softmax_rows(acc: np.ndarray, bert_scale: float, scale: float) -> np.ndarray
     return acc_scale(acc_scale(e, inv), scale)  # p = 127 e / sum in int8, then the read-out scale
 
 
-def softmax_call(real_scale: float, J: int, K: int, bias: float = 0.0) -> tuple[float, float] | None:
+def softmax_call(real_scale: float, J: int, K: int, bias: np.ndarray | None = None) -> tuple[float, float] | None:
     """(bert_scale, mvin factor for A and B) for a SOFTMAX read-out of an int8 x int8 product over K terms
     whose accumulators have real scale `real_scale`, rows of J: the factor is 1 where no int32 can wrap,
     else the largest one (in steps of 2^-1/8) that makes the accumulators coarse enough, A and B both
     rounded by the mvin scaler to int8 values factor times their own (the product's real scale grows by
     1/factor^2), and where I-BERT's exp is within MAX_EXP_ERROR (exp_error: at fine scales qln2_inv =
-    65536 // qln2 is a small integer and z comes out wrong). `bias`: the largest |constant| added to the
-    scores (in real units; the int32 D round(bias / bert_scale) adds to the accumulators). None if no
-    factor down to 1/64 does both."""
+    65536 // qln2 is a small integer and z comes out wrong). `bias`: the constant added to the scores (in
+    real units; the int32 D round(bias / bert_scale) adds to the accumulators). None if no factor down to
+    1/64 does both. The pass, the lowering and the golden all call this, so they agree on the factor."""
+    largest_bias = 0.0 if bias is None else float(np.abs(bias).max(initial=0.0))
     factor = 1.0
     while factor >= 1 / 64:
         a = float(_f32(factor))
         bert = float(_f32(real_scale / (a * a)))
-        largest = K * 128 * 128 + int(np.ceil(bias / bert))
+        largest = K * 128 * 128 + int(np.ceil(largest_bias / bert))
         if softmax_fits(bert, J, largest) and exp_error(bert) <= MAX_EXP_ERROR:
             return bert, a
         factor *= 2 ** -0.125
@@ -126,6 +128,7 @@ MAX_EXP_ERROR = 0.02
 NEGLIGIBLE_EXP = 1.0 / 256
 
 
+@functools.lru_cache(maxsize=256)
 def exp_error(bert_scale: float) -> float:
     """The largest relative error of iexp(q) / iexp(0) against exp(q * S) over every q whose exact exp is at
     least NEGLIGIBLE_EXP: I-BERT's polynomial, its integer constants and the shift's truncated z, evaluated
@@ -137,13 +140,25 @@ def exp_error(bert_scale: float) -> float:
     return float(np.max(np.abs(ratio / np.exp(q * s) - 1.0)))
 
 
+def _relative_error(bert_scale: float, biased: bool) -> float:
+    """How far each probability may be from the exact one, relatively: each exp within exp_error(S) = e of
+    its exact value (with a bias D rounded to whole units of S, its score within S / 2: e grows by
+    expm1(S / 2)), numerator and sum alike: 2e / (1 - e)."""
+    e = exp_error(bert_scale) + (float(np.expm1(bert_scale / 2)) if biased else 0.0)
+    return 2 * e / (1 - e)
+
+
 def softmax_lsb(bert_scale: float, biased: bool = False) -> int:
     """The largest difference, in 1/127, between the normalizer's softmax and an exact one quantized the same
-    way: each exp within exp_error(S) = e of its exact value (and, with a bias D rounded to whole units of S,
-    its score within S / 2: e grows by S / 2), so each probability within a relative 2e / (1 - e), plus one
-    LSB for the two roundings landing on either side."""
-    e = exp_error(bert_scale) + (float(np.expm1(bert_scale / 2)) if biased else 0.0)
-    return int(np.floor(127 * 2 * e / (1 - e))) + 1
+    way: 127 p times the relative error (p <= 1), plus one LSB for the two roundings landing on either side."""
+    return int(np.floor(127 * _relative_error(bert_scale, biased))) + 1
+
+
+def softmax_mismatch_rate(bert_scale: float, J: int, biased: bool = False) -> float:
+    """The expected share of values that differ from an exact softmax quantized the same way, at most: a value
+    of probability p moves by at most 127 p r LSB (r the relative error), so it crosses a rounding boundary
+    with probability at most min(1, 127 p r); p averages 1/J over a row, so the share is at most 127 r / J."""
+    return min(1.0, 127 * _relative_error(bert_scale, biased) / J)
 
 
 def score_range(bert_scale: float) -> float:

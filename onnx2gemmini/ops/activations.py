@@ -117,9 +117,9 @@ def chain_function(chain: tuple):
 
 def chain_is_finite(chain: tuple) -> bool:
     """Whether the chain is finite at every finite input (so a float32 table of it is): finite unary ops, and
-    Add, Sub, Mul or a division by a constant."""
+    Add, Sub, Mul or a division by a non-zero constant."""
     return all(op in FINITE or op in ("Add", "Sub", "Mul") or op == "Div" and operands[1][0] == "const"
-               for op, operands, _ in chain)
+               and operands[1][1] != 0 for op, operands, _ in chain)
 
 
 class _LutHandler(Handler):

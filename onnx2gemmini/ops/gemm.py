@@ -228,8 +228,7 @@ def _read_out(node: NodeView, a: Tensor, b: Tensor, y: Tensor, k: int, n: int) -
     factor that keeps its int32 arithmetic from wrapping (normalizer.softmax_call)."""
     if node.fused.softmax is None:
         return {"act": activation_code(node), "scale": multiplier(a.scale, b.scale, y.scale)}
-    bias = float(np.abs(node.const(node.fused.softmax_bias)).max(initial=0.0)) if node.fused.softmax_bias else 0.0
-    call = normalizer.softmax_call(a.scale * b.scale * node.fused.softmax, n, k, bias)
+    call = normalizer.softmax_call(a.scale * b.scale * node.fused.softmax, n, k, node.const(node.fused.softmax_bias))
     if call is None:
         raise UnsupportedError(f"node '{node.name}' (MatMul + Softmax): its scores' scale "
                                f"({a.scale * b.scale:.3g}) does not suit Gemmini's normalizer (its int32 sums "

@@ -44,9 +44,8 @@ def run_calibrated(graph: Graph, config: GemminiConfig, scales: dict[str, float]
     for m in candidates(graph, config):
         a, b = m.matmul.inputs
         k, j = graph.shapes[a][-1], graph.shapes[m.matmul.outputs[0]][-1]
-        bias = 0.0 if m.bias is None else float(np.abs(graph.const(m.bias)).max(initial=0.0))
-        call = normalizer.softmax_call(scales[a] * scales[b] * m.factor, j, k, bias)
-        span = 2 * amax.get(m.softmax.inputs[0], 0.0)  # the scores as the Softmax reads them
+        call = normalizer.softmax_call(scales[a] * scales[b] * m.factor, j, k, graph.const(m.bias) if m.bias else None)
+        span = 2 * amax.get(m.softmax.inputs[0], float("inf"))  # the scores as the Softmax reads them
         if call is None:
             kept.append(f"softmax '{m.softmax.name}' stays on the CPU: its scores' scale "
                         f"({scales[a] * scales[b] * m.factor:.3g}) does not suit Gemmini's normalizer (its int32 "
@@ -108,12 +107,17 @@ def fuse(graph: Graph, m: Match) -> str:
     return f"{m.matmul.name} (MatMul){via} and {m.softmax.name} (Softmax) fused: the softmax on Gemmini's normalizer"
 
 
-def _constant_addend(graph: Graph, node, scores: str, shape) -> str | None:
-    """The float constant x + c adds to the scores x, if it broadcasts to their shape without growing it."""
+def _other_operand(node, scores: str) -> str | None:
+    """The input of a two-input node that is not the scores."""
     if len(node.inputs) != 2 or scores not in node.inputs:
         return None
-    other = node.inputs[1] if node.inputs[0] == scores else node.inputs[0]
-    value = graph.const(other)
+    return node.inputs[1] if node.inputs[0] == scores else node.inputs[0]
+
+
+def _constant_addend(graph: Graph, node, scores: str, shape) -> str | None:
+    """The float constant x + c adds to the scores x, if it broadcasts to their shape without growing it."""
+    other = _other_operand(node, scores)
+    value = None if other is None else graph.const(other)
     if value is None or value.dtype.kind != "f" or value.ndim > len(shape):
         return None
     try:
@@ -130,10 +134,8 @@ def _keeps_rows(graph: Graph, node) -> bool:
 
 def _scalar_factor(graph: Graph, node, scores: str) -> float | None:
     """x * c or x / c with c a positive scalar constant, as the factor on x; None otherwise."""
-    if len(node.inputs) != 2 or scores not in node.inputs:
-        return None
-    other = node.inputs[1] if node.inputs[0] == scores else node.inputs[0]
-    value = graph.const(other)
+    other = _other_operand(node, scores)
+    value = None if other is None else graph.const(other)
     if value is None or value.size != 1 or (node.op_type == "Div" and node.inputs[1] != other):
         return None
     c = float(value.reshape(()))
