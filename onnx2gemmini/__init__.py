@@ -23,7 +23,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
          tiling: str = "search", bias_correction: bool = True,
          weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, workers: int | None = 1,
          ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,
-         save_outputs=None, sensitivity: bool = False, keep_float=None, adaround: bool = False) -> DiffResult:
+         save_outputs=None, sensitivity: bool = False, keep_float=None, adaround: bool = False,
+         batch_size: int | None = None) -> DiffResult:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).
 
     `model` is what `compile` takes, or an already `Compiled` model (then the compile options are not
@@ -32,7 +33,9 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     apply to `data` too. Pass the result to `compiled.write(OUT, diff=...)` to put it in the reports.
     `workers` local processes (None: every core; one for a model over the `activation_bytes` limit) or Ray
     actors (`ray`: a cluster address or "auto") compare the samples, with the same result for any number;
-    `progress(n, total)` is called as n more are done.
+    `progress(n, total)` is called as n more are done. `batch_size` samples are emulated together (default:
+    up to 8, fewer for a model whose float values would pass the `activation_bytes` limit), with the same
+    result for any batch size.
     Polygraphy-style checks: `atol`/`rtol` (a number, or {output: number}) check every output value
     elementwise, |ref - int8| <= atol + rtol*|ref|, against `load_outputs` (a file `save_outputs` wrote in
     an earlier diff; without a tolerance the check is exact) or else against fp32; a value outside fails.
@@ -44,9 +47,12 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     from . import limits as size_limits
     from . import torch_export
     from .data import load_data, random_data
-    from .compare import OutputChecks, check_save_path, load_outputs as load_saved, parse_tolerances, run_diff
+    from .compare import (OutputChecks, check_batch_size, check_save_path, load_outputs as load_saved,
+                          parse_tolerances, run_diff)
 
     check_count("--num-samples", num_samples)
+    if batch_size is not None:
+        check_batch_size(batch_size)
     with size_limits.applied(limits):
         if isinstance(model, Compiled):
             compiled = model
@@ -69,7 +75,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
             checks.saved, checks.saved_source = load_saved(load_outputs, names), str(load_outputs)
         if save_outputs is not None:
             check_save_path(save_outputs, [*compiled.input_files(), data, calib, load_outputs])
-        result = run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs)
+        result = run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs,
+                          batch_size)
         if compiled.quant.float_layers:
             result["kept_float"] = [n.name for n in compiled.graph.nodes if n.name in compiled.quant.float_layers]
         if sensitivity:

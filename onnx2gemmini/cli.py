@@ -252,13 +252,17 @@ class _PhaseProgress(_Progress):
               help="Save the int8 outputs (dequantized, .npz) for a later --load-outputs.")
 @click.option("--load-outputs", type=click.Path(dir_okay=False, path_type=Path),
               help="Compare the int8 outputs with saved ones (exact unless --atol/--rtol).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Samples emulated together (default: up to 8, fewer for a model whose float values would pass "
+              "the activation_bytes limit). More is faster on small layers and holds more memory; results do "
+              "not depend on it.")
 @click.option("--sensitivity", is_flag=True,
               help="Also quantize one layer at a time (the rest fp32) and rank layers by the output SQNR they cost.")
 @_parallel
 def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
              weight_scales, adaround, keep_float, limit, as_json,
-             verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, sensitivity, workers,
-             ray_address):
+             verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, batch_size,
+             sensitivity, workers, ray_address):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
 
@@ -269,7 +273,7 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
                      bias_correction=bias_correction, weight_scales=weight_scales, limits=limit,
                      workers=workers, ray=ray_address, progress=progress, atol=atol or None, rtol=rtol or None,
                      load_outputs=load_outputs, save_outputs=save_outputs, sensitivity=sensitivity,
-                     keep_float=keep_float, adaround=adaround)
+                     keep_float=keep_float, adaround=adaround, batch_size=batch_size)
     if as_json:
         _emit_json(result)
     elif not quiet:

@@ -30,7 +30,7 @@ from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_e
 from .parallel import map_ordered
 from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
-from .segments import Pieces, Taker, activation_bytes, fits
+from .segments import HANDOVER, Pieces, Taker, activation_bytes, fits
 from .tolerance import EXACT, Tolerance
 
 
@@ -148,6 +148,25 @@ def _holders(plan) -> dict[str, str]:
 MACS_PER_WORKER = 20e9
 
 
+# diff's default batch (samples emulated together): the emulator's gain levels off near 512 GEMM rows per call
+# (run.emulator.BATCH_ROWS), and each sample of a batch holds its float values until the batch is compared.
+DEFAULT_BATCH = 8
+
+
+def batch_size_for(float_bytes: int, budget: int) -> int:
+    """diff's default batch: DEFAULT_BATCH samples, fewer when their float values together (a whole-model
+    float run per sample, held twice as a run returns) would pass the `activation_bytes` budget; 1 for a
+    model checked in pieces."""
+    return max(1, min(DEFAULT_BATCH, budget // max(1, HANDOVER * float_bytes)))
+
+
+def check_batch_size(batch_size) -> int:
+    """`--batch-size`: a positive integer."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UsageError(f"--batch-size: expected a positive integer, got {batch_size!r}")
+    return batch_size
+
+
 # The rewrite passes keep the float function (BN folding, equalization, channel sorting, fusions), so the float
 # model of the rewritten graph must give the user's model's outputs up to float rounding. Below this SQNR at an
 # output a rewrite changed what the model computes, and diff fails whatever the int8 code does: both goldens
@@ -240,29 +259,36 @@ class _Checker:
                                step.A_scale, step.B_scale, step.C_scale)
         return int(np.count_nonzero((diff != 0) & may))
 
-    def __call__(self, sample: dict[str, np.ndarray]) -> dict:
-        """One sample: per output the fp32 and int8 values and the mismatch counts against the QDQ golden;
-        per layer the mismatch counts against its QDQ sub-model and the float64 sums its SQNR and cosine
-        come from (signal, noise, dot product, int8 power)."""
-        plan = self.plan
-        fp32 = Taker(self.fp32, sample)
-        rows: list = [None] * len(self.layers)
-        refs: dict[str, np.ndarray] = {}
+    def __call__(self, samples: list[dict[str, np.ndarray]]) -> list[dict]:
+        """A batch of samples, emulated together (Emulator.run_batch): for each, per output the fp32 and int8
+        values and the mismatch counts against the QDQ golden; per layer the mismatch counts against its QDQ
+        sub-model and the float64 sums its SQNR and cosine come from (signal, noise, dot product, int8
+        power). Each sample's figures are those of a batch of one, byte for byte."""
+        fp32 = [Taker(self.fp32, sample) for sample in samples]
+        rows: list[list] = [[None] * len(self.layers) for _ in samples]
+        refs: list[dict[str, np.ndarray]] = [{} for _ in samples]
 
-        def visit(k: int, buffers) -> None:
+        def visit(k: int, per_sample) -> None:
             for n in self.due.get(k, ()):
                 layer = self.layers[n]
-                refs[layer.tensor] = fp32.take(layer.tensor)
-                rows[n] = self.layer_row(buffers, layer, self.sub_sessions[n], sample, refs[layer.tensor])
-                if layer.tensor not in self.output_names:
-                    del refs[layer.tensor]
+                for b, buffers in enumerate(per_sample):
+                    ref = fp32[b].take(layer.tensor)
+                    rows[b][n] = self.layer_row(buffers, layer, self.sub_sessions[n], samples[b], ref)
+                    if layer.tensor in self.output_names:
+                        refs[b][layer.tensor] = ref
 
-        produced = self.emulator.run(sample, visit=visit, hold=self.hold)
+        produced = self.emulator.run_batch(samples, visit=visit, hold=self.hold)
+        return [{"outputs": self.output_rows(sample, out, ref, taker), "layers": row}
+                for sample, out, ref, taker, row in zip(samples, produced, refs, fp32, rows)]
+
+    def output_rows(self, sample, produced: dict[str, np.ndarray], refs: dict[str, np.ndarray],
+                    fp32: Taker) -> dict:
+        """One sample's outputs against the QDQ golden, the float model and the user's model."""
         gold = dict(zip(self.output_names, run(self.golden, self.output_names, sample)))
         original = self.original.run(sample)
         outputs = {}
-        for name, tid in zip(self.output_names, plan.outputs):
-            t = plan.tensors[tid]
+        for name, tid in zip(self.output_names, self.plan.outputs):
+            t = self.plan.tensors[tid]
             q = produced[tid]
             if t.dtype == "float32":
                 diff = float_distance(q, gold[name], self.units[tid])
@@ -273,7 +299,7 @@ class _Checker:
                              "max_lsb": int(np.max(diff)) if q.size else 0,
                              "fp32": refs[name] if name in refs else fp32.take(name), "int8": t.dequantize(q),
                              "original": original.get(name)}
-        return {"outputs": outputs, "layers": rows}
+        return outputs
 
     def layer_row(self, buffers, layer: _Layer, sub, sample: dict[str, np.ndarray], ref: np.ndarray) -> tuple:
         """One layer on one sample: (largest LSB difference, mismatches, compared, explained, the float64 sums)."""
@@ -328,14 +354,16 @@ def _payload(compiled: Compiled) -> tuple:
 
 
 def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: str | None = None,
-             progress=None, checks: "OutputChecks | None" = None, save_to=None) -> dict:
+             progress=None, checks: "OutputChecks | None" = None, save_to=None,
+             batch_size: int | None = None) -> dict:
     """Compare over every sample of `data`; returns the CONTRACTS.md `diff --json` document.
 
     `workers` local processes (None: every core, but none for less than MACS_PER_WORKER of work each, and
     one for a model whose activations exceed the `activation_bytes` limit: it is checked in pieces) or,
     with `ray` (an address or "auto"), Ray actors compare
     the samples; their results are folded in sample order, so the document is the same, bit for bit, for
-    any number of workers. `progress(n, total)` is called as n more of the `total` samples are done.
+    any number of workers. `batch_size` samples are emulated together (None: batch_size_for); each sample's
+    figures are the same for any batch size, only the memory held at once grows with it. `progress(n, total)` is called as n more of the `total` samples are done.
     `checks`: elementwise atol/rtol checks of the outputs against fp32 or saved outputs (OutputChecks);
     `save_to`: a path (checked with check_save_path) for the int8 outputs, for a later `checks.saved`."""
     layers = _layers(compiled)
@@ -350,11 +378,15 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     macs = sum(step_macs(step, compiled.plan) for step in compiled.plan.steps)
     per_worker = max(1, math.ceil(MACS_PER_WORKER / max(macs, 1)))
     payload = _payload(compiled)
-    if workers is None and ray is None and len(samples) > per_worker \
-            and not fits(activation_bytes(build_float(compiled.graph)), payload[1]):
+    float_bytes = activation_bytes(build_float(compiled.graph))
+    if workers is None and ray is None and len(samples) > per_worker and not fits(float_bytes, payload[1]):
         workers = 1  # a model checked in pieces fills the activation limit in each process: one at a time
-    for result in map_ordered(_checker, payload, samples, workers, ray, progress=report,
-                              per_worker=per_worker):
+    batch = batch_size_for(float_bytes, payload[1]) if batch_size is None else check_batch_size(batch_size)
+    batches = [samples[i:i + batch] for i in range(0, len(samples), batch)]
+    results = (row for rows in map_ordered(_checker, payload, batches, workers, ray, progress=report,
+                                           per_worker=math.ceil(per_worker / batch), size=len)
+               for row in rows)
+    for result in results:
         for name, o in result["outputs"].items():
             st = stats[name]
             st["compared"] += o["compared"]

@@ -42,13 +42,14 @@ def check_workers(workers: int | None) -> int:
 
 def map_ordered(setup: Callable, payload, items: Sequence, workers: int | None = 1, ray: str | None = None,
                 chunk: int | None = None, progress: Callable[[int], None] | None = None,
-                per_worker: int = 1) -> Iterator:
+                per_worker: int = 1, size: Callable | None = None) -> Iterator:
     """setup(payload)(item) for every item, yielded in item order.
 
     `setup` must be a module-level function (it is pickled by reference); `payload` and the items are
     pickled to the workers. `workers` None: every core (every CPU of the Ray cluster), but no more local
     processes than there are `per_worker` items for each (starting a process costs seconds). One worker
-    and no `ray` runs here, in this process. `progress(n)` is called as each chunk of n items completes."""
+    and no `ray` runs here, in this process. `progress(n)` is called as each chunk of n items completes
+    (n: the sum of `size(item)` over the chunk, when given: a batch counts its samples)."""
     items = list(items)
     if ray is not None:
         workers = None if workers is None else check_workers(workers)
@@ -66,9 +67,9 @@ def map_ordered(setup: Callable, payload, items: Sequence, workers: int | None =
         results = ([fn(item) for item in c] for c in chunks)
     else:
         results = _on_processes(setup, payload, chunks, workers)
-    for done in results:
+    for items_done, done in zip(chunks, results):
         if progress is not None:
-            progress(len(done))
+            progress(sum(map(size, items_done)) if size else len(done))
         yield from done
 
 

@@ -2,14 +2,17 @@
 
     python scripts/bench_host.py [resnet50 mobilenet_v2 transformer] [--repeats 3] [--samples 8]
 
-compile: the whole `onnx2gemmini MODEL --calib CALIB` command (defaults: mse ranges, equalization, bias
-  correction, every artifact written) against a process running onnxruntime's `quantize_static` (QDQ,
+compile: the whole `onnx2gemmini MODEL --calib CALIB` command (defaults: the held-out choice of ranges,
+  equalization, bias correction, every artifact written) against a process running onnxruntime's `quantize_static` (QDQ,
   symmetric int8 activations and weights, per tensor, MinMax) on the same samples and writing its model.
   Both are whole processes (interpreter, imports, work), run in turn A B A B ...; the ratio is the median
   of the pairwise ratios, which holds when the machine's speed drifts.
 emulator: seconds per image of the bit-exact emulator against onnxruntime's int8 session on the QDQ model
   of the very same quantization (which it fuses into QLinearConv/QGemm), both single-threaded (BLAS and
   onnxruntime), interleaved in one process; the peak memory numpy allocates during one emulated image.
+  Then a dataset (--dataset images, 256 by default): the emulator in batches (Emulator.run_batch, as `diff`
+  runs it, --batch images per batch) against onnxruntime's session image by image, per image; and the peak
+  memory of one batch.
 
 Models (no weights are downloaded): onnx's light ResNet-50 (shipped in the onnx wheel, synthetic weights),
 and a MobileNetV2 (224x224, width 1.0) and a 4-layer transformer encoder (d=256, 8 heads, 128 tokens)
@@ -29,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+
+from onnx2gemmini.compare import DEFAULT_BATCH
+from onnx2gemmini.ort_session import cpu_description
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -57,20 +63,33 @@ import onnx2gemmini as o2g
 from onnx2gemmini.ort_session import session
 from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.run.emulator import Emulator
-model, calib, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, calib, repeats, dataset, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 compiled = o2g.compile(model, calib=calib, num_calib=2)
 name = compiled.graph.inputs[0].name
 images = np.load(calib)[name]
 emulator = Emulator(compiled.plan)
 golden = session(build_qdq(compiled.graph, compiled.quant))
-feeds = [{name: images[i % len(images)].reshape(compiled.graph.inputs[0].shape)} for i in range(repeats)]
+shape = compiled.graph.inputs[0].shape
+feeds = [{name: (images[i % len(images)] + np.float32(0.01 * i)).reshape(shape)} for i in range(max(repeats, dataset))]
 emulator.run(feeds[0]); golden.run(None, feeds[0])  # warm-up: weights converted once, sessions ready
 emu, ort = [], []
-for feed in feeds:
+for feed in feeds[:repeats]:
     t = time.perf_counter(); emulator.run(feed); emu.append(time.perf_counter() - t)
     t = time.perf_counter(); golden.run(None, feed); ort.append(time.perf_counter() - t)
 tracemalloc.start(); emulator.run(feeds[0]); peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
-print(json.dumps({"emulator_s": emu, "ort_s": ort, "peak_bytes": peak}))
+# the dataset: the emulator in batches (what diff runs), onnxruntime image by image, one after the other
+t = time.perf_counter()
+for i in range(0, dataset, batch):
+    emulator.run_batch(feeds[i:i + batch])
+emu_set = time.perf_counter() - t
+t = time.perf_counter()
+for feed in feeds[:dataset]:
+    golden.run(None, feed)
+ort_set = time.perf_counter() - t
+tracemalloc.start(); emulator.run_batch(feeds[:batch]); batch_peak = tracemalloc.get_traced_memory()[1]
+tracemalloc.stop()
+print(json.dumps({"emulator_s": emu, "ort_s": ort, "peak_bytes": peak, "dataset": dataset, "batch": batch,
+                  "emulator_set_s": emu_set, "ort_set_s": ort_set, "batch_peak_bytes": batch_peak}))
 """
 
 
@@ -168,14 +187,16 @@ def bench_compile(model: Path, calib: Path, repeats: int, folder: Path) -> dict:
             "phases": phases}
 
 
-def bench_emulator(model: Path, calib: Path, repeats: int) -> dict:
+def bench_emulator(model: Path, calib: Path, repeats: int, dataset: int, batch: int) -> dict:
     env = {**os.environ, **SINGLE_THREAD}
-    proc = subprocess.run([sys.executable, "-c", EMULATOR, str(model), str(calib), str(repeats)],
+    proc = subprocess.run([sys.executable, "-c", EMULATOR, str(model), str(calib), str(repeats), str(dataset),
+                           str(batch)],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"emulator benchmark failed:\n{proc.stderr[-2000:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     r["ratio"] = statistics.median(a / b for a, b in zip(r["emulator_s"], r["ort_s"]))
+    r["set_ratio"] = r["emulator_set_s"] / r["ort_set_s"]
     return r
 
 
@@ -185,6 +206,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed compile pairs per model (default 3)")
     parser.add_argument("--images", type=int, default=10, help="timed emulator images per model (default 10)")
     parser.add_argument("--samples", type=int, default=8, help="calibration samples (default 8)")
+    parser.add_argument("--dataset", type=int, default=256, help="emulated images of the dataset run (default 256)")
+    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                        help=f"images per emulator batch in the dataset run (default {DEFAULT_BATCH}, diff's)")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     args = parser.parse_args()
     results = {}
@@ -193,11 +217,12 @@ def main() -> None:
         for name, model in build_models(args.models, folder).items():
             calib = calibration(model, args.samples, folder)
             results[name] = {"compile": bench_compile(model, calib, args.repeats, folder),
-                             "emulator": bench_emulator(model, calib, args.images)}
+                             "emulator": bench_emulator(model, calib, args.images, args.dataset, args.batch)}
     if args.json:
         print(json.dumps(results, indent=2))
         return
     med = statistics.median
+    print(f"CPU: {cpu_description()}\n")
     print(f"compile: whole `onnx2gemmini MODEL --calib` vs onnxruntime quantize_static, {args.samples} samples "
           f"(median s, median ratio of {args.repeats} pairs)")
     print(f"{'model':14} {'onnx2gemmini':>12} {'quantize_static':>15} {'ratio':>6}   phases (s, one run)")
@@ -212,6 +237,13 @@ def main() -> None:
         e = r["emulator"]
         print(f"{name:14} {1e3 * med(e['emulator_s']):11.1f} {1e3 * med(e['ort_s']):11.1f} {e['ratio']:6.2f} "
               f"{e['peak_bytes'] / 2**20:9.1f}")
+    print(f"\nemulator over a dataset: {args.dataset} images in batches of {args.batch} (Emulator.run_batch, as "
+          f"diff runs it) vs onnxruntime's int8 session image by image, single thread (ms per image)")
+    print(f"{'model':14} {'emulator ms':>11} {'ORT int8 ms':>11} {'ratio':>6} {'batch MiB':>9}")
+    for name, r in results.items():
+        e = r["emulator"]
+        print(f"{name:14} {1e3 * e['emulator_set_s'] / e['dataset']:11.1f} {1e3 * e['ort_set_s'] / e['dataset']:11.1f} "
+              f"{e['set_ratio']:6.2f} {e['batch_peak_bytes'] / 2**20:9.1f}")
 
 
 if __name__ == "__main__":
