@@ -30,7 +30,9 @@ def channel_ranges(w: np.ndarray, axis: int = 0) -> np.ndarray:
     """Each channel's largest |w| along `axis` (the range one weight scale per channel covers)."""
     if not w.size:
         return np.zeros(w.shape[axis])
-    return np.max(np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)), axis=1)
+    others = tuple(a for a in range(w.ndim) if a != axis % w.ndim)
+    # max(max w, -min w) is max |w| exactly, without an |w| copy of the weights (or a transposed one)
+    return np.maximum(np.max(w, axis=others), -np.min(w, axis=others)) if others else np.abs(w)
 
 
 def run_tops(ranges: np.ndarray, size: int) -> np.ndarray:

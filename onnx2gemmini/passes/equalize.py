@@ -45,11 +45,12 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         return []
     for _ in range(ROUNDS):
         for conv1, conv2 in pairs:
-            w1 = graph.const(conv1.inputs[1]).astype(np.float64)
-            w2 = graph.const(conv2.inputs[1]).astype(np.float64)
+            w1, w2 = graph.const(conv1.inputs[1]), graph.const(conv2.inputs[1])
             depthwise2 = conv2.attrs.get("group", 1) == w2.shape[0] and w2.shape[1] == 1
-            r1 = channel_ranges(w1, 0)
-            r2 = channel_ranges(w2, 0 if depthwise2 else 1)
+            # ranges of the stored weights (exactly those of their float64 values), then the float64 scaling
+            r1 = channel_ranges(w1, 0).astype(np.float64)
+            r2 = channel_ranges(w2, 0 if depthwise2 else 1).astype(np.float64)
+            w1, w2 = w1.astype(np.float64), w2.astype(np.float64)
             s = np.where((r1 > 0) & (r2 > 0), np.sqrt(r1 / np.where(r2 > 0, r2, 1)), 1.0)
             w1 = w1 / s.reshape(-1, 1, 1, 1)
             w2 = w2 * (s.reshape(-1, 1, 1, 1) if depthwise2 else s.reshape(1, -1, 1, 1))
