@@ -197,3 +197,20 @@ def test_an_empty_slice_feeding_a_concat_is_dropped():
     assert any("empty output, dropped" in c for c in changes)
     assert [n.op_type for n in graph.nodes] == ["Relu", "Identity"]
     assert_matches_ort(model)
+
+
+@pytest.mark.parametrize("shape,axis", [((6, 5, 3, 3), 0), ((6, 5, 3, 3), 1), ((7, 1, 3, 3), 0), ((9,), 0)])
+@pytest.mark.parametrize("op", [np.divide, np.multiply])
+def test_equalization_scales_blockwise_exactly_as_in_float64(shape, axis, op, monkeypatch):
+    """Block by block (here 7 values per block, so several) the scaled weights are float32(float64 w op s)
+    bit for bit; negative control: the same in float32 differs."""
+    from onnx2gemmini.passes import equalize
+    monkeypatch.setattr(equalize, "BLOCK", 7)
+    r = np.random.default_rng(len(shape) + axis)
+    w = (r.normal(size=shape) * r.uniform(1e-3, 10, size=shape)).astype(np.float32)
+    s = r.uniform(0.01, 100, size=shape[axis])
+    s = s.reshape([-1 if a == axis else 1 for a in range(len(shape))])
+    want = op(w.astype(np.float64), s).astype(np.float32)
+    got = equalize._scaled(op, w, s)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert not np.array_equal(op(w, s.astype(np.float32)), want)

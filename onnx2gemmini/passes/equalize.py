@@ -15,6 +15,7 @@ from ..numerics import channel_ranges
 from .rewrite import add_initializer
 
 ROUNDS = 4
+BLOCK = 1 << 15  # weights scaled per block (float64 temporaries of 256 KiB)
 
 
 def _pairs(graph: Graph) -> list[tuple[Node, Node]]:
@@ -50,13 +51,24 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
             # ranges of the stored weights (exactly those of their float64 values), then the float64 scaling
             r1 = channel_ranges(w1, 0).astype(np.float64)
             r2 = channel_ranges(w2, 0 if depthwise2 else 1).astype(np.float64)
-            w1, w2 = w1.astype(np.float64), w2.astype(np.float64)
             s = np.where((r1 > 0) & (r2 > 0), np.sqrt(r1 / np.where(r2 > 0, r2, 1)), 1.0)
-            w1 = w1 / s.reshape(-1, 1, 1, 1)
-            w2 = w2 * (s.reshape(-1, 1, 1, 1) if depthwise2 else s.reshape(1, -1, 1, 1))
-            conv1.inputs[1] = add_initializer(graph, f"{conv1.name}_cle_W", w1.astype(np.float32))
+            w1 = _scaled(np.divide, w1, s.reshape(-1, 1, 1, 1))
+            w2 = _scaled(np.multiply, w2, s.reshape(-1, 1, 1, 1) if depthwise2 else s.reshape(1, -1, 1, 1))
+            conv1.inputs[1] = add_initializer(graph, f"{conv1.name}_cle_W", w1)
             if len(conv1.inputs) > 2 and conv1.inputs[2]:
-                b1 = graph.const(conv1.inputs[2]).astype(np.float64) / s
-                conv1.inputs[2] = add_initializer(graph, f"{conv1.name}_cle_B", b1.astype(np.float32))
-            conv2.inputs[1] = add_initializer(graph, f"{conv2.name}_cle_W", w2.astype(np.float32))
+                b1 = _scaled(np.divide, graph.const(conv1.inputs[2]), s)
+                conv1.inputs[2] = add_initializer(graph, f"{conv1.name}_cle_B", b1)
+            conv2.inputs[1] = add_initializer(graph, f"{conv2.name}_cle_W", w2)
     return [f"equalized {a.name} -> {b.name}" for a, b in pairs]
+
+
+def _scaled(op, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """float32(op(float64 w, s)): computed in float64 and rounded once, as before, but block by block of
+    output channels so that the float64 temporaries stay in cache (wide ResNet-50's weights are 267 MB:
+    whole-tensor float64 copies made equalization most of its compile)."""
+    out = np.empty(np.broadcast_shapes(w.shape, s.shape), np.float32)
+    rows = max(1, BLOCK // max(1, out[0].size)) if out.ndim else 1
+    for lo in range(0, len(out) if out.ndim else 1, rows):
+        part = slice(lo, lo + rows)
+        out[part] = op(w[part].astype(np.float64), s[part] if s.shape[0] != 1 else s)
+    return out
