@@ -10,6 +10,8 @@ compile: the whole `onnx2gemmini MODEL --calib CALIB` command (defaults: the hel
 emulator: seconds per image of the bit-exact emulator against onnxruntime's int8 session on the QDQ model
   of the very same quantization (which it fuses into QLinearConv/QGemm), both single-threaded (BLAS and
   onnxruntime), interleaved in one process; the peak memory numpy allocates during one emulated image.
+  Also against the same quantization with uint8 activations in onnxruntime's default session
+  (unsigned_golden.py): its fastest exact int8 where this CPU sums u8 x s8 in int32 (VNNI).
   Then a dataset (--dataset images, 256 by default): the emulator in batches (Emulator.run_batch, as `diff`
   runs it, --batch images per batch) against onnxruntime's session image by image, per image; and the peak
   memory of one batch.
@@ -63,19 +65,26 @@ import onnx2gemmini as o2g
 from onnx2gemmini.ort_session import session
 from onnx2gemmini.golden import build_qdq
 from onnx2gemmini.run.emulator import Emulator
+from onnx2gemmini.unsigned_golden import exact_here, unsigned_activations
 model, calib, repeats, dataset, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 compiled = o2g.compile(model, calib=calib, num_calib=2)
 name = compiled.graph.inputs[0].name
 images = np.load(calib)[name]
 emulator = Emulator(compiled.plan)
 golden = session(build_qdq(compiled.graph, compiled.quant))
+# onnxruntime's fastest exact int8 here: the same quantization with uint8 activations, default options
+fast = session(unsigned_activations(build_qdq(compiled.graph, compiled.quant)), entries={}) if exact_here() else None
 shape = compiled.graph.inputs[0].shape
 feeds = [{name: (images[i % len(images)] + np.float32(0.01 * i)).reshape(shape)} for i in range(max(repeats, dataset))]
 emulator.run(feeds[0]); golden.run(None, feeds[0])  # warm-up: weights converted once, sessions ready
-emu, ort = [], []
+if fast is not None:
+    fast.run(None, feeds[0])
+emu, ort, ort_fast = [], [], []
 for feed in feeds[:repeats]:
     t = time.perf_counter(); emulator.run(feed); emu.append(time.perf_counter() - t)
     t = time.perf_counter(); golden.run(None, feed); ort.append(time.perf_counter() - t)
+    if fast is not None:
+        t = time.perf_counter(); fast.run(None, feed); ort_fast.append(time.perf_counter() - t)
 tracemalloc.start(); emulator.run(feeds[0]); peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
 # the dataset: the emulator in batches (what diff runs), onnxruntime image by image, one after the other
 t = time.perf_counter()
@@ -88,7 +97,7 @@ for feed in feeds[:dataset]:
 ort_set = time.perf_counter() - t
 tracemalloc.start(); emulator.run_batch(feeds[:batch]); batch_peak = tracemalloc.get_traced_memory()[1]
 tracemalloc.stop()
-print(json.dumps({"emulator_s": emu, "ort_s": ort, "peak_bytes": peak, "dataset": dataset, "batch": batch,
+print(json.dumps({"emulator_s": emu, "ort_s": ort, "ort_fast_s": ort_fast, "peak_bytes": peak, "dataset": dataset, "batch": batch,
                   "emulator_set_s": emu_set, "ort_set_s": ort_set, "batch_peak_bytes": batch_peak}))
 """
 
@@ -196,6 +205,8 @@ def bench_emulator(model: Path, calib: Path, repeats: int, dataset: int, batch: 
         raise SystemExit(f"emulator benchmark failed:\n{proc.stderr[-2000:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     r["ratio"] = statistics.median(a / b for a, b in zip(r["emulator_s"], r["ort_s"]))
+    r["fast_ratio"] = statistics.median(a / b for a, b in zip(r["emulator_s"], r["ort_fast_s"])) \
+        if r["ort_fast_s"] else None
     r["set_ratio"] = r["emulator_set_s"] / r["ort_set_s"]
     return r
 
@@ -232,11 +243,16 @@ def main() -> None:
         print(f"{name:14} {med(c['ours_s']):12.2f} {med(c['ort_s']):15.2f} {c['ratio']:6.2f}   {phases}")
     print(f"\nemulator: one image, single thread, vs onnxruntime's int8 session on the same QDQ model "
           f"(median of {args.images})")
-    print(f"{'model':14} {'emulator ms':>11} {'ORT int8 ms':>11} {'ratio':>6} {'peak MiB':>9}")
+    print(f"{'model':14} {'emulator ms':>11} {'ORT int8 ms':>11} {'ratio':>6} {'peak MiB':>9} "
+          f"{'ORT u8 ms':>9} {'ratio':>6}")
     for name, r in results.items():
         e = r["emulator"]
+        fast = (f"{1e3 * med(e['ort_fast_s']):9.1f} {e['fast_ratio']:6.2f}" if e["fast_ratio"] is not None
+                else f"{'-':>9} {'-':>6}")
         print(f"{name:14} {1e3 * med(e['emulator_s']):11.1f} {1e3 * med(e['ort_s']):11.1f} {e['ratio']:6.2f} "
-              f"{e['peak_bytes'] / 2**20:9.1f}")
+              f"{e['peak_bytes'] / 2**20:9.1f} {fast}")
+    print("(ORT int8: the golden's exact session on the QDQ model; ORT u8: the same quantization with uint8 "
+          "activations in onnxruntime's default session, its fastest exact int8 where unsigned_golden.exact_here)")
     print(f"\nemulator over a dataset: {args.dataset} images in batches of {args.batch} (Emulator.run_batch, as "
           f"diff runs it) vs onnxruntime's int8 session image by image, single thread (ms per image)")
     print(f"{'model':14} {'emulator ms':>11} {'ORT int8 ms':>11} {'ratio':>6} {'batch MiB':>9}")
