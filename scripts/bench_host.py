@@ -1,6 +1,6 @@
 """Compile and emulator speed against onnxruntime, side by side in one run (ratios, never asserted).
 
-    python scripts/bench_host.py [resnet50 mobilenet_v2 transformer] [--repeats 3] [--samples 8]
+    python scripts/bench_host.py [digits resnet50 mobilenet_v2 transformer] [--repeats 3] [--samples 8]
 
 compile: the whole `onnx2gemmini MODEL --calib CALIB` command (defaults: the held-out choice of ranges,
   equalization, bias correction, every artifact written) against a process running onnxruntime's `quantize_static` (QDQ,
@@ -16,7 +16,7 @@ emulator: seconds per image of the bit-exact emulator against onnxruntime's int8
   runs it, --batch images per batch) against onnxruntime's session image by image, per image; and the peak
   memory of one batch.
 
-Models (no weights are downloaded): onnx's light ResNet-50 (shipped in the onnx wheel, synthetic weights),
+Models (no weights are downloaded): the bundled digits CNN, onnx's light ResNet-50 (shipped in the onnx wheel, synthetic weights),
 and a MobileNetV2 (224x224, width 1.0) and a 4-layer transformer encoder (d=256, 8 heads, 128 tokens)
 built with torch from seeded random weights. Calibration data are seeded random samples.
 """
@@ -39,6 +39,7 @@ from onnx2gemmini.compare import DEFAULT_BATCH
 from onnx2gemmini.ort_session import cpu_description
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+BUNDLED = Path(__file__).resolve().parents[1] / "models" / "digits_cnn.onnx"
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 ORT_QUANTIZE = """
@@ -109,6 +110,9 @@ def build_models(names: list[str], folder: Path) -> dict[str, Path]:
         if name == "resnet50":
             paths[name] = LIGHT / "light_resnet50.onnx"
             continue
+        if name == "digits":
+            paths[name] = BUNDLED
+            continue
         import torch
         from torch import nn
 
@@ -119,7 +123,7 @@ def build_models(names: list[str], folder: Path) -> dict[str, Path]:
             layer = nn.TransformerEncoderLayer(256, 8, 1024, dropout=0.0, batch_first=True)
             module, shape = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False), (1, 128, 256)
         else:
-            raise SystemExit(f"unknown model {name} (resnet50, mobilenet_v2, transformer)")
+            raise SystemExit(f"unknown model {name} (digits, resnet50, mobilenet_v2, transformer)")
         module.eval()
         path = folder / f"{name}.onnx"
         # not under torch.no_grad(): there the encoder takes its fused fast path, which has no ONNX export
@@ -213,7 +217,7 @@ def bench_emulator(model: Path, calib: Path, repeats: int, dataset: int, batch: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=["resnet50", "mobilenet_v2", "transformer"])
+    parser.add_argument("models", nargs="*", default=["digits", "resnet50", "mobilenet_v2", "transformer"])
     parser.add_argument("--repeats", type=int, default=3, help="timed compile pairs per model (default 3)")
     parser.add_argument("--images", type=int, default=10, help="timed emulator images per model (default 10)")
     parser.add_argument("--samples", type=int, default=8, help="calibration samples (default 8)")
