@@ -32,7 +32,6 @@ from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
 from .segments import HANDOVER, Pieces, Taker, activation_bytes, fits
 from .tolerance import EXACT, Tolerance
-from .unsigned_golden import golden_session
 
 
 def step_tolerance(step, plan) -> Tolerance:
@@ -218,7 +217,7 @@ class _Checker:
         # otherwise keep every layer's peak, together the whole model's activations)
         arena = self.fp32.whole
         self.original = _Original(compiled.loaded.original, self.output_names, arena)
-        self.golden = golden_session(qdq, arena=arena)  # the golden's values, on the fastest exact kernels
+        self.golden = session(qdq, arena=arena)
         extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
         self.sub_sessions = []
         for layer in self.layers:
@@ -226,7 +225,7 @@ class _Checker:
             sub = extractor.extract_model(feeds, [layer.tensor])
             level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if layer.unfused else \
                 ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            self.sub_sessions.append((golden_session(sub, arena, level), feeds))
+            self.sub_sessions.append((session(sub, level=level, arena=arena), feeds))
         self.emulator = Emulator(plan)
         self.holders = _holders(plan)
         self.units = float_units(plan)

@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
 import onnx2gemmini as o2g
-from onnx2gemmini import cli, compare, ort_session, unsigned_golden
+from onnx2gemmini import cli, compare, ort_session
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.data import load_data
 from tests.test_negative_controls import corrupt_weight
@@ -92,24 +91,15 @@ def recorded_sessions(monkeypatch):
     class Recording(ort.InferenceSession):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.source = args[0]  # the model: bytes or a path
             made.append(self)
 
     monkeypatch.setattr(ort, "InferenceSession", Recording)
     yield made
 
 
-def unsigned_form(session) -> bool:
-    """Whether the session runs a QDQ model in unsigned_golden's form (uint8 activations)."""
-    model = onnx.load_from_string(session.source) if isinstance(session.source, bytes) else onnx.load(session.source)
-    return any(t.data_type == onnx.TensorProto.UINT8 and t.name.endswith("__u8") for t in model.graph.initializer)
-
-
 def inexact(sessions) -> int:
-    """How many of the sessions lack the setting, except the golden's unsigned form where this CPU runs it
-    exactly (unsigned_golden.exact_here)."""
-    return sum(not ort_session.has_entries(s.get_session_options(), dict([QDQ_INT8]))
-               and not (unsigned_golden.exact_here() and unsigned_form(s)) for s in sessions)
+    """How many of the sessions lack the setting."""
+    return sum(not ort_session.has_entries(s.get_session_options(), dict([QDQ_INT8])) for s in sessions)
 
 
 def _golden_users(out: Path):
@@ -133,7 +123,7 @@ def test_a_session_without_the_setting_is_caught(monkeypatch, tmp_path):
     monkeypatch.setattr(ort_session, "EXACT_ENTRIES", {})
     with recorded_sessions(monkeypatch) as made:
         _golden_users(tmp_path / "out")
-    assert inexact(made) == len([s for s in made if not unsigned_form(s)]) > 10
+    assert inexact(made) == len(made) > 10
 
 
 # ----------------------------------------------------------------- a CPU whose golden cannot be made exact

@@ -6,8 +6,7 @@ method chosen on one benchmark's models loses 3-6 dB on models it never saw. So 
 candidate (every tensor's range by one estimator: mse, minmax, entropy, percentile) on part of the
 calibration samples, quantizes the whole model with it, runs the compiled arithmetic (the QDQ golden in
 onnxruntime, which the int8 code matches bit for bit) on the samples it did not fit on, and keeps the
-candidate with the best output SQNR against the float model (through unsigned_golden.golden_session: the
-same values, on onnxruntime's fast u8 x s8 kernels where this CPU sums them exactly). The chosen estimator is then fitted on every
+candidate with the best output SQNR against the float model. The chosen estimator is then fitted on every
 sample. The split is k-fold (FOLDS folds): each judged sample is held out once, up to MAX_HELDOUT of them,
 and each fold fits on all the others (one split of 16 held-out samples of 64 chose percentile on MTCNN O-Net,
 2.4 dB below mse on the evaluation data; judging all 64 in four folds chose mse). Below MIN_SAMPLES nothing is
@@ -26,8 +25,7 @@ import numpy as np
 from ..errors import ModelError
 from ..golden import build_qdq
 from ..graph import Graph
-from ..ort_session import run
-from ..unsigned_golden import golden_session
+from ..ort_session import run, session
 from .calibrate import METHODS as ESTIMATORS
 from .calibrate import Collected
 from .refine import apply, refine
@@ -165,9 +163,7 @@ class HeldOut:
             fit = self.splits[fold][0]
             try:
                 qdq = build_qdq(graph, table(ranges, self.found.means(fit), name))
-                # the golden's values, through onnxruntime's fastest exact kernels on this CPU; a model in
-                # pieces: no run's peak kept
-                sess = golden_session(qdq, arena=self.found.sess.whole)
+                sess = session(qdq, arena=self.found.sess.whole)  # a model in pieces: no run's peak kept
                 self._exact[(name, fold)] = self.noise(fold, lambda s: run(sess, self.outputs, s))
             except ModelError:
                 self._exact[(name, fold)] = None
