@@ -47,12 +47,10 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     from . import limits as size_limits
     from . import torch_export
     from .data import load_data, random_data
-    from .compare import (OutputChecks, check_batch_size, check_save_path, load_outputs as load_saved,
-                          parse_tolerances, run_diff)
+    from .compare import OutputChecks, check_save_path, load_outputs as load_saved, parse_tolerances, run_diff
 
     check_count("--num-samples", num_samples)
-    if batch_size is not None:
-        check_batch_size(batch_size)
+    check_count("--batch-size", batch_size)
     with size_limits.applied(limits):
         if isinstance(model, Compiled):
             compiled = model

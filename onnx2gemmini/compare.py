@@ -18,7 +18,7 @@ from onnx.utils import Extractor
 
 from . import limits
 from .ort_session import probe, run, session
-from .compiler import Compiled
+from .compiler import Compiled, check_count
 from .data import Dataset
 from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
@@ -158,13 +158,6 @@ def batch_size_for(float_bytes: int, budget: int) -> int:
     float run per sample, held twice as a run returns) would pass the `activation_bytes` budget; 1 for a
     model checked in pieces."""
     return max(1, min(DEFAULT_BATCH, budget // max(1, HANDOVER * float_bytes)))
-
-
-def check_batch_size(batch_size) -> int:
-    """`--batch-size`: a positive integer."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise UsageError(f"--batch-size: expected a positive integer, got {batch_size!r}")
-    return batch_size
 
 
 # The rewrite passes keep the float function (BN folding, equalization, channel sorting, fusions), so the float
@@ -363,7 +356,8 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     with `ray` (an address or "auto"), Ray actors compare
     the samples; their results are folded in sample order, so the document is the same, bit for bit, for
     any number of workers. `batch_size` samples are emulated together (None: batch_size_for); each sample's
-    figures are the same for any batch size, only the memory held at once grows with it. `progress(n, total)` is called as n more of the `total` samples are done.
+    figures are the same for any batch size, only the memory held at once grows with it. `progress(n, total)`
+    is called as n more of the `total` samples are done.
     `checks`: elementwise atol/rtol checks of the outputs against fp32 or saved outputs (OutputChecks);
     `save_to`: a path (checked with check_save_path) for the int8 outputs, for a later `checks.saved`."""
     layers = _layers(compiled)
@@ -381,7 +375,8 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     float_bytes = activation_bytes(build_float(compiled.graph))
     if workers is None and ray is None and len(samples) > per_worker and not fits(float_bytes, payload[1]):
         workers = 1  # a model checked in pieces fills the activation limit in each process: one at a time
-    batch = batch_size_for(float_bytes, payload[1]) if batch_size is None else check_batch_size(batch_size)
+    check_count("--batch-size", batch_size)
+    batch = batch_size_for(float_bytes, payload[1]) if batch_size is None else batch_size
     batches = [samples[i:i + batch] for i in range(0, len(samples), batch)]
     results = (row for rows in map_ordered(_checker, payload, batches, workers, ray, progress=report,
                                            per_worker=math.ceil(per_worker / batch), size=len)

@@ -29,7 +29,7 @@ ARCHS = {a.name: a for a in zoo.torchvision_families() + zoo.detectors()}
 # 25,088 x 4,096 layer): here their hidden layers are 256 wide (the same ops, the first keeps its K), which
 # took these two tests from 40 and 20 s to 9 and 5 s. Full-width classifiers are compiled and checked with
 # onnx's light VGG19, AlexNet and ZFNet (tests/test_model_zoo.py); scripts/zoo_coverage.py runs them whole.
-SLIM_CLASSIFIER = {"vgg11": 256, "alexnet": 256}
+SLIM_CLASSIFIER, HIDDEN = ("vgg11", "alexnet"), 256
 # ViT-B/16's twelve encoder layers are one block repeated: two of them prove the same ops (24 -> 6 s).
 VIT_LAYERS = 2
 
@@ -54,7 +54,7 @@ def slim_classifier(arch: zoo.Arch, hidden: int) -> zoo.Arch:
 def test_architecture_compiles_and_matches_onnxruntime(name, tmp_path):
     arch = ARCHS[name]
     if name in SLIM_CLASSIFIER:
-        arch = slim_classifier(arch, SLIM_CLASSIFIER[name])
+        arch = slim_classifier(arch, HIDDEN)
     if name == "vit_b_16":
         arch = dataclasses.replace(arch, build=lambda: zoo.torchvision_models().VisionTransformer(
             image_size=arch.shape[-1], patch_size=16, num_layers=VIT_LAYERS, num_heads=12, hidden_dim=768,

@@ -67,8 +67,8 @@ def _scaled(op, w: np.ndarray, s: np.ndarray) -> np.ndarray:
     output channels so that the float64 temporaries stay in cache (wide ResNet-50's weights are 267 MB:
     whole-tensor float64 copies made equalization most of its compile)."""
     out = np.empty(np.broadcast_shapes(w.shape, s.shape), np.float32)
-    rows = max(1, BLOCK // max(1, out[0].size)) if out.ndim else 1
-    for lo in range(0, len(out) if out.ndim else 1, rows):
-        part = slice(lo, lo + rows)
-        out[part] = op(w[part].astype(np.float64), s[part] if s.shape[0] != 1 else s)
+    s = np.broadcast_to(s, (len(out),) + s.shape[1:])  # one scale row per output channel, or the same one
+    rows = max(1, BLOCK // max(1, out[0].size))
+    for lo in range(0, len(out), rows):
+        out[lo:lo + rows] = op(w[lo:lo + rows].astype(np.float64), s[lo:lo + rows])
     return out

@@ -66,7 +66,7 @@ class Emulator:
     def run_batch(self, samples: list[dict[str, np.ndarray]], visit=None,
                   hold: dict[str, int] | None = None) -> list[dict[str, np.ndarray]]:
         """`run` over several samples at once, every buffer with a leading sample axis: each constant-weight
-        matmul, conv, resadd and average is one call over the whole batch (one GEMM per layer: the per-call
+        matmul, conv, resadd and average is one call per group of samples (`_execute_batch`: the per-call
         overhead is paid once and BLAS sees more rows); other steps run sample by sample. The int8 results are
         those of `run`, byte for byte: every kernel is exact integer arithmetic, row by row, so stacking rows
         changes no value. `visit(k, per_sample)` gets after step k one buffers dict per sample (views)."""
@@ -95,13 +95,10 @@ class Emulator:
         return {tid: value[b] for tid, value in buffers.items()}
 
     def _batched(self, buffers: dict[str, np.ndarray], tid: str, n: int) -> np.ndarray:
-        """A tensor's values for the whole batch, [n, *shape] (a constant broadcast to every sample)."""
-        t = self.plan.tensors.get(tid)
+        """An activation's values for the whole batch, [n, *shape], following views and slices as `get`."""
+        t = self.plan.tensors[tid]
         if tid in buffers:
             return buffers[tid].reshape(n, *t.shape)
-        if tid in self.plan.constants:
-            value = self.plan.constants[tid]
-            return np.broadcast_to(value, (n, *value.shape))
         if t.slice_of is not None:
             return self._batch_slice_view(buffers[self.plan.base(tid).id], tid, n).copy().reshape(n, *t.shape)
         return self._batched(buffers, t.view_of, n).reshape(n, *t.shape)
@@ -143,30 +140,30 @@ class Emulator:
         return [np.concatenate([p[w] for p in parts]) for w in range(len(step.writes()))]
 
     def _execute_group(self, step, buffers, n: int) -> list[np.ndarray]:
-        """_execute_batch for one group: one kernel call where the step's arithmetic is row-wise over a
-        leading axis, else `execute_step` sample by sample."""
-        batched = lambda tid: self._batched(buffers, tid, n)  # noqa: E731
-        consts = self.plan.constants
-        if (isinstance(step, Matmul) and step.act != normalizer.SOFTMAX and step.B in consts
-                and (step.D is None or step.repeating_bias)):  # an I x J bias: activation scores only
-            a = batched(step.A).reshape(n * step.I, step.K)
-            d = consts[step.D] if step.D else None
-            exact = self.exact_f32(step.B, step.D, (step.K, step.J))
-            y = kernels.matmul(a, self.weights(step.B).reshape(step.K, step.J), d, step.scale, step.act == 1,
-                               step.repeating_bias, exact, step.full_C)
-            return [y.reshape(n, step.I, step.J)]
-        if isinstance(step, (Conv, ConvDw, GlobalAverage)):
-            rows = step.batches if isinstance(step, GlobalAverage) else step.batch_size
-            stacked = {step.input: batched(step.input).reshape(n * rows, -1)}
-            many = dataclasses.replace(step, **{("batches" if isinstance(step, GlobalAverage)
-                                                 else "batch_size"): n * rows})
-            (y,) = self.execute_step(many, stacked)
-            return [y.reshape(n, -1)]
+        """_execute_batch for one group: where the step's arithmetic is row-wise over its leading dimension
+        (`_row_field`), `execute_step` once on the same step with that dimension n times larger and its
+        activations stacked sample after sample; else `execute_step` sample by sample."""
+        field = self._row_field(step)
+        if field is None:
+            per_sample = [self.execute_step(step, self._sample(buffers, b)) for b in range(n)]
+            return [np.stack([values[w] for values in per_sample]) for w in range(len(step.writes()))]
+        stacked = {tid: self._batched(buffers, tid, n) for tid in step.reads() if tid not in self.plan.constants}
+        values = self.execute_step(dataclasses.replace(step, **{field: n * getattr(step, field)}), stacked)
+        return [v.reshape(n, -1) for v in values]
+
+    def _row_field(self, step) -> str | None:
+        """The field that counts the rows a step's arithmetic treats independently (one row's result depends
+        on that row's inputs only), or None: matmuls of constant weights with a repeating bias, convs, residual
+        adds and averages; not a product of two activations, the normalizer's softmax or a CPU step."""
+        if isinstance(step, Matmul):
+            whole = step.B in self.plan.constants and step.act != normalizer.SOFTMAX and \
+                (step.D is None or step.repeating_bias)  # an I x J bias: activation scores only
+            return "I" if whole else None
         if isinstance(step, Resadd):
-            a, b = (batched(t).reshape(n * step.I, step.J) for t in (step.A, step.B))
-            return [kernels.resadd(a, b, step.A_scale, step.B_scale, step.C_scale, step.relu).reshape(n, -1)]
-        per_sample = [self.execute_step(step, self._sample(buffers, b)) for b in range(n)]
-        return [np.stack([values[w] for values in per_sample]) for w in range(len(step.writes()))]
+            return "I"
+        if isinstance(step, (Conv, ConvDw)):
+            return "batch_size"
+        return "batches" if isinstance(step, GlobalAverage) else None
 
     def dead_after(self, hold: dict[str, int] | None = None) -> dict[int, list[str]]:
         """{step index: the buffers (base tensor ids) no later step reads or writes}: never a model output's,
@@ -278,7 +275,7 @@ class Emulator:
 
 
 def _rows(step) -> int:
-    """The output rows (GEMM rows, conv output pixels) of one sample's call: how much one call already has."""
+    """The GEMM rows of one sample's call (a conv's output pixels): how much one call already has."""
     if isinstance(step, (Conv, ConvDw)):
         return step.batch_size * step.out_row_dim * step.out_col_dim
     if isinstance(step, GlobalAverage):

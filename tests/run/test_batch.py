@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import onnx2gemmini as o2g
-from onnx2gemmini.compare import batch_size_for, check_batch_size, run_diff
+from onnx2gemmini.compare import batch_size_for, run_diff
 from onnx2gemmini.data import load_data
 from onnx2gemmini.errors import UsageError
 from onnx2gemmini.run import emulator
@@ -96,7 +96,7 @@ def test_the_default_batch_fits_the_activation_budget():
 @pytest.mark.parametrize("value", [0, -1, True, 2.5])
 def test_a_batch_size_must_be_a_positive_integer(value):
     with pytest.raises(UsageError, match="--batch-size"):
-        check_batch_size(value)
+        o2g.diff(MODEL, calib=CALIB, num_samples=1, batch_size=value)
 
 
 def test_the_cli_refuses_a_zero_batch():
