@@ -266,7 +266,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
             if calib_method == selection.AUTO:
                 found = collect(build_float(graph), data, graph_activations(graph), mean_tensors, progress=tell)
                 method, amax, calibration = selection.auto(
-                    graph, found, lambda r, m, name: table(r, m if bias_correction else None, name), handlers)
+                    graph, found, lambda r, m, name: table(r, m if bias_correction else None, name), handlers, cfg)
                 means = found.means() if bias_correction else None
             else:
                 stats = statistics(build_float(graph), data, calib_method, graph_activations(graph), mean_tensors,

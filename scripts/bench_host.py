@@ -6,7 +6,8 @@ compile: the whole `onnx2gemmini MODEL --calib CALIB` command (defaults: the hel
   equalization, bias correction, every artifact written) against a process running onnxruntime's `quantize_static` (QDQ,
   symmetric int8 activations and weights, per tensor, MinMax) on the same samples and writing its model.
   Both are whole processes (interpreter, imports, work), run in turn A B A B ...; the ratio is the median
-  of the pairwise ratios, which holds when the machine's speed drifts.
+  of the pairwise ratios, which holds when the machine's speed drifts. Also the two processes' imports alone
+  (the same pairs, no model): the floor under each column's time.
 emulator: seconds per image of the bit-exact emulator against onnxruntime's int8 session on the QDQ model
   of the very same quantization (which it fuses into QLinearConv/QGemm), both single-threaded (BLAS and
   onnxruntime), interleaved in one process; the peak memory numpy allocates during one emulated image.
@@ -217,15 +218,27 @@ def bench_compile(model: Path, calib: Path, repeats: int, folder: Path) -> dict:
     ours_cmd = [sys.executable, "-m", "onnx2gemmini.cli", str(model), "--calib", str(calib), "-o",
                 str(folder / "out"), "--force", "-q"]
     ort_cmd = [sys.executable, "-c", ORT_QUANTIZE, str(model), str(calib), str(folder / "ort_qdq.onnx")]
+    result = pairs(ours_cmd, ort_cmd, repeats)
+    result["phases"] = json.loads((folder / "out" / "report.json").read_text())["timing"]
+    return result
+
+
+def bench_imports(repeats: int) -> dict:
+    """The floor of both columns: a process that only imports what each command imports (no model, no work).
+    quantize_static on a small model is little more than this."""
+    return pairs([sys.executable, "-c", "import onnx2gemmini.cli"],
+                 [sys.executable, "-c", "from onnxruntime.quantization import quantize_static"], repeats)
+
+
+def pairs(ours_cmd: list[str], ort_cmd: list[str], repeats: int) -> dict:
+    """Both commands timed in turn, A B A B ..., after one untimed run each (file caches)."""
     ours, ort = [], []
-    timed(ours_cmd)  # warm-up: file caches
+    timed(ours_cmd)
     timed(ort_cmd)
     for _ in range(repeats):
         ours.append(timed(ours_cmd))
         ort.append(timed(ort_cmd))
-    phases = json.loads((folder / "out" / "report.json").read_text())["timing"]
-    return {"ours_s": ours, "ort_s": ort, "ratio": statistics.median(a / b for a, b in zip(ours, ort)),
-            "phases": phases}
+    return {"ours_s": ours, "ort_s": ort, "ratio": statistics.median(a / b for a, b in zip(ours, ort))}
 
 
 def bench_emulator(model: Path, calib: Path, repeats: int, dataset: int, batch: int) -> dict:
@@ -271,6 +284,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     args = parser.parse_args()
     results = {}
+    imports = bench_imports(args.repeats)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, model in build_models(args.models, folder).items():
@@ -278,7 +292,7 @@ def main() -> None:
             results[name] = {"compile": bench_compile(model, calib, args.repeats, folder),
                              "emulator": bench_emulator(model, calib, args.images, args.dataset, args.batch)}
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"imports": imports, **results}, indent=2))
         return
     med = statistics.median
     print(f"CPU: {cpu_description()}\n")
@@ -289,6 +303,8 @@ def main() -> None:
         c = r["compile"]
         phases = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in c["phases"].items() if k != "total_s")
         print(f"{name:14} {med(c['ours_s']):12.2f} {med(c['ort_s']):15.2f} {c['ratio']:6.2f}   {phases}")
+    print(f"{'(imports only)':14} {med(imports['ours_s']):12.2f} {med(imports['ort_s']):15.2f} "
+          f"{imports['ratio']:6.2f}   each process importing what its command imports, no work: the floor")
     print_emulator(f"\nemulator: one image, single thread, vs onnxruntime's int8 session on the same QDQ model "
                    f"(median of {args.images} images; ratio: median of the pairwise ratios)", results, "one", "peak MiB")
     print("(ORT int8: the golden's exact session on the QDQ model; ORT u8: the same quantization with uint8 "

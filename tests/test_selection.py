@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import onnx2gemmini as o2g
 from onnx2gemmini.compare import run_diff
+from onnx2gemmini.config import PRESETS
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.emit.report import calibration_text
 from onnx2gemmini.golden import build_float
@@ -397,6 +398,28 @@ def test_a_refinement_the_golden_does_not_confirm_is_dropped(monkeypatch):
     assert default.quant.scales == forced.quant.scales
 
 
+def test_nothing_is_refined_when_the_chosen_candidate_is_exact(monkeypatch):
+    """Outputs every held-out sample reproduces exactly (integers on a scale of 1) leave the refinement nothing
+    to gain: it is not run. Negative control: one sample off the grid, and it runs."""
+    from onnx2gemmini.quant import refine
+
+    def count(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    real, calls = refine.refine, []
+    monkeypatch.setattr(selection, "refine", count)
+    model = make_model([o2g_node("Relu", ["x"], ["y"], "relu")], {"x": [1, 8]}, {"y": [1, 8]})
+    grid = np.random.default_rng(0).integers(-127, 128, (8, 1, 8)).astype(np.float32)
+    grid[:, 0, 0] = 127.0  # every fold fits the full range: a scale of exactly 1
+    exact = o2g.compile(model, calib={"x": grid})
+    assert exact.calibration["candidates"][0]["heldout_sqnr_db"] == selection.EXACT_DB
+    assert exact.calibration["refined"]["units_tried"] == 0 and not calls
+    grid[3, 0, 5] = 0.5
+    o2g.compile(model, calib={"x": grid})
+    assert calls
+
+
 def assert_units_share_the_tables_scales(compiled) -> None:
     """quantize.scale_units re-derives build_table's scale sharing: every tensor of a unit has one scale in
     the compiled table, and no two units share a tensor."""
@@ -443,7 +466,7 @@ def test_scale_units_follow_the_tables_shared_scales():
 
 def test_the_stand_in_computes_what_the_golden_computes():
     """The search's stand-in (a fold's QDQ model with its scales fed as inputs) gives, for other ranges fed
-    as scales, the output error of the golden rebuilt with those ranges, within 0.3 dB per fold."""
+    as scales, the output error of the compiled arithmetic with those ranges, within 0.3 dB per fold."""
     from onnx2gemmini.compiler import graph_activations, prepare
     from onnx2gemmini.ops.registry import handlers_for
     from onnx2gemmini.quant import refine
@@ -454,7 +477,7 @@ def test_the_stand_in_computes_what_the_golden_computes():
     data = Dataset({k: v[:, None] if v.ndim == 4 else v for k, v in calib.items()}, None, "calib")
     found = collect(build_float(graph), data, graph_activations(graph))
     table = lambda r, m, name: build_table(graph, handlers, r, name, data.num_samples, None)  # noqa: E731
-    heldout = selection.HeldOut(graph, found)
+    heldout = selection.HeldOut(graph, found, PRESETS["default"])
     units, segmented = scale_units(graph, handlers)
     for fold in range(len(heldout.splits)):
         stand_in = refine._StandIn(graph, table, found, heldout, fold, "percentile", selection.CANDIDATES,
@@ -469,3 +492,36 @@ def test_the_stand_in_computes_what_the_golden_computes():
             assert abs(heldout.score(got, [fold]) - heldout.score(exact, [fold])) < 0.3, (fold, changes)
             figures.append(heldout.score(got, [fold]))
         assert max(figures) - min(figures) > 3.0  # the fed scales take effect
+
+
+@pytest.mark.parametrize("model_of", ["two_branch", "sparse_map"])
+def test_the_judged_arithmetic_is_onnxruntimes_golden(model_of):
+    """The candidates are judged on the emulated plan; onnxruntime's QDQ golden of the same ranges (what
+    `diff` checks the plan against) gives every held-out sample the same outputs: the same noise, within
+    float rounding of the float steps. Negative control: the golden of ranges 1.5x as wide differs."""
+    from onnx2gemmini.compiler import graph_activations, prepare
+    from onnx2gemmini.golden import build_qdq
+    from onnx2gemmini.ops.registry import handlers_for
+    from onnx2gemmini.quant.quantize import build_table
+    if model_of == "two_branch":
+        model, calib = two_branch_model(), two_branch_data(16, 0)
+    else:
+        model = sparse_map_model()
+        calib = {model.graph.input[0].name: sparse_map_data(16, 0)}
+    _, graph, _, _ = prepare(model)
+    handlers = handlers_for(graph)
+    data = Dataset({k: v[:, None] if v.ndim == 4 else v for k, v in calib.items()}, None, "calib")
+    found = collect(build_float(graph), data, graph_activations(graph), [])
+    table = lambda r, m, name: build_table(graph, handlers, r, name, data.num_samples, m)  # noqa: E731
+    heldout = selection.HeldOut(graph, found, PRESETS["default"])
+    for fold, (fit, _) in enumerate(heldout.splits):
+        for method in selection.CANDIDATES:
+            ranges = found.ranges(method, fit)
+            emulated = heldout.exact_fold(graph, table, ranges, fold, method)
+            golden = session(build_qdq(graph, table(ranges, found.means(fit), method)))
+            got = [golden.run(heldout.outputs, s) for s in heldout.samples[fold]]
+            assert heldout.noise(fold, got) == pytest.approx(emulated, rel=1e-5, abs=1e-9), (fold, method)
+            wider = session(build_qdq(graph, table({t: 1.5 * r for t, r in ranges.items()}, found.means(fit),
+                                                   "wider")))
+            got = [wider.run(heldout.outputs, s) for s in heldout.samples[fold]]
+            assert heldout.noise(fold, got) != pytest.approx(emulated, rel=1e-2), (fold, method)

@@ -10,10 +10,10 @@ A change is kept when it gains at least MIN_GAIN_DB. The units tried are the MAX
 disagree most (ranges at least SPREAD apart), and at most MAX_TRIALS trials run.
 
 The search judges on half the folds' held-out samples (the even folds) and the result is confirmed on the
-other half, through the QDQ golden itself rebuilt with the changed ranges: the samples that decide are not
-the ones that chose (on a 2-class text-direction classifier, 32 samples judged by the same samples that
-chose 5 changes "gained" 12.6 dB, and 0.6 dB on evaluation data). Unconfirmed, the chosen estimator's
-ranges stand. Each half holds at least two samples: the held-out choice needs selection.MIN_SAMPLES (4),
+other half, through the compiled arithmetic itself (the emulated plan, as selection.py judges) rebuilt with
+the changed ranges: the samples that decide are not the ones that chose (on a 2-class text-direction
+classifier, 32 samples judged by the same samples that chose 5 changes "gained" 12.6 dB, and 0.6 dB on
+evaluation data). Unconfirmed, the chosen estimator's ranges stand. Each half holds at least two samples: the held-out choice needs selection.MIN_SAMPLES (4),
 which makes four folds of at least one sample each.
 
 The trials run on a stand-in for the compiled arithmetic: each fold's QDQ model with every calibrated
@@ -47,7 +47,7 @@ SPREAD = 1.25       # a unit is tried when some estimator's range is this far fr
 @dataclass(frozen=True)
 class Refinement:
     """The per-unit changes found ({first calibrated tensor of the unit: estimator}), the units tried, the
-    held-out SQNR the compiled arithmetic (the golden) gives them on the confirming folds, its gain there
+    held-out SQNR the compiled arithmetic (the emulated plan) gives them on the confirming folds, its gain there
     over the chosen estimator's, whether they were kept, and the stand-in's SQNR on the searched folds
     (None: nothing to try)."""
 
@@ -210,7 +210,8 @@ class _StandIn:
 
     def noise(self, changes: dict) -> list[float]:
         scale_feeds = self.feeds(changes)
-        return self.heldout.noise(self.fold, lambda s: run(self.sess, self.heldout.outputs, {**s, **scale_feeds}))
+        return self.heldout.noise(self.fold, [run(self.sess, self.heldout.outputs, {**s, **scale_feeds})
+                                              for s in self.heldout.samples[self.fold]])
 
 
 def _session_with_inputs(model: onnx.ModelProto, names: set[str], arena: bool = True):

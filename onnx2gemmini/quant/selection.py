@@ -4,39 +4,47 @@ Why: a per-tensor estimator is right by its own measure (mse: the tensor's own e
 model its accuracy: a clip that looks right for one tensor costs 6 dB at a detector's sigmoid map, and a
 method chosen on one benchmark's models loses 3-6 dB on models it never saw. So the compile fits each
 candidate (every tensor's range by one estimator: mse, minmax, entropy, percentile) on part of the
-calibration samples, quantizes the whole model with it, runs the compiled arithmetic (the QDQ golden in
-onnxruntime, which the int8 code matches bit for bit) on the samples it did not fit on, and keeps the
-candidate with the best output SQNR against the float model. The chosen estimator is then fitted on every
-sample. The split is k-fold (FOLDS folds): each judged sample is held out once, up to MAX_HELDOUT of them,
-and each fold fits on all the others (one split of 16 held-out samples of 64 chose percentile on MTCNN O-Net,
-2.4 dB below mse on the evaluation data; judging all 64 in four folds chose mse). Below MIN_SAMPLES nothing is
-judged and the first candidate is used: each fold would fit on one or two samples and judge one, a choice made
-by a single sample's noise, and it costs one QDQ build and run per candidate and fold (VGG11 compiled on two
-samples spent 28 s of 47 on it).
+calibration samples, quantizes and plans the whole model with it, runs the compiled arithmetic on the samples
+it did not fit on, and keeps the candidate with the best output SQNR against the float model. The chosen
+estimator is then fitted on every sample. The split is k-fold (FOLDS folds): each judged sample is held out
+once, up to MAX_HELDOUT of them, and each fold fits on all the others (one split of 16 held-out samples of 64
+chose percentile on MTCNN O-Net, 2.4 dB below mse on the evaluation data; judging all 64 in four folds chose
+mse). Below MIN_SAMPLES nothing is judged and the first candidate is used: each fold would fit on one or two
+samples and judge one, a choice made by a single sample's noise, and it costs one plan and run per candidate
+and fold.
+
+The compiled arithmetic is run by the emulator on the candidate's plan (the bit-exact reference the
+generated C and MLIR are held to, and that `diff` checks against onnxruntime's QDQ golden): integer numpy,
+so the choice is the same on every CPU, and 3x faster per sample than the golden's exact S8S8 session,
+which needs no session build either (light ResNet-50: 0.28 s per candidate and fold against 0.83 s).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from ..config import GemminiConfig
 from ..errors import ModelError
-from ..golden import build_qdq
 from ..graph import Graph
-from ..ort_session import run, session
+from ..planner import build_plan
+from ..run.emulator import Emulator, dequantize
 from .calibrate import METHODS as ESTIMATORS
 from .calibrate import Collected
-from .refine import apply, refine
+from .refine import Refinement, apply, refine
 
 AUTO = "auto"
 METHODS = (AUTO,) + ESTIMATORS  # what --calib-method takes
 CANDIDATES = ("mse", "minmax", "entropy", "percentile")  # preferred first: ties keep the earlier one
 FOLDS = 4
-MAX_HELDOUT = 64  # samples the candidates are judged on, at most (each one QDQ run per candidate)
+MAX_HELDOUT = 64  # samples the candidates are judged on, at most (each one emulated run per candidate)
 MIN_SAMPLES = 4  # fewer calibration samples: no held-out choice (the module docstring)
 EXACT_DB = 200.0  # an output the candidate reproduces exactly counts as this SQNR
+BATCH = 4  # held-out samples emulated together (a model in pieces: one), each job holding their int8 buffers
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class Choice:
     and over the parts of an output a Concat joins: `parts`)."""
 
     chosen: str
-    scores: dict[str, float | None] = field(default_factory=dict)  # None: onnxruntime could not run it
+    scores: dict[str, float | None] = field(default_factory=dict)  # None: it could not be planned
     heldout_samples: int = 0
     folds: int = 0
 
@@ -64,20 +72,22 @@ class Choice:
                                for k, v in self.scores.items()]}
 
 
-def auto(graph: Graph, found: Collected, table, handlers,
+def auto(graph: Graph, found: Collected, table, handlers, config: GemminiConfig,
          candidates: tuple[str, ...] | None = None) -> tuple[str, dict[str, float], dict]:
     """The default calibration: (the chosen estimator, every tensor's range, report.json's `calibration`).
     The whole-model choice (`choose`), then the per-unit changes the held-out samples confirm (refine.py),
     the ranges fitted on every sample."""
     candidates = CANDIDATES if candidates is None else candidates
-    heldout = HeldOut(graph, found)
+    heldout = HeldOut(graph, found, config)
     choice = choose(graph, found, table, candidates, heldout)
     report = choice.report()
     ranges = found.ranges(choice.chosen)
     if not heldout.splits:
         report["note"] = (f"{found.data.num_samples} calibration sample(s): too few to judge the candidates on "
                           f"held-out ones (at least {MIN_SAMPLES}); the default estimator, {choice.chosen}")
-    if heldout.usable:
+    if heldout.usable and choice.scores.get(choice.chosen) == EXACT_DB:  # every output exact: nothing to gain
+        report["refined"] = Refinement().report()
+    elif heldout.usable:
         changes, refinement = refine(graph, handlers, found, heldout, table, choice.chosen, candidates)
         ranges = apply(ranges, changes, found.ranges)
         report["refined"] = refinement.report()
@@ -107,10 +117,12 @@ def folds(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
 
 class HeldOut:
     """The folds' held-out samples and the float model's outputs on them: what a set of ranges is judged on.
-    An output is judged per unit: each part a Concat joins (`parts`)."""
+    An output is judged per unit: each part a Concat joins (`parts`). `config`: the Gemmini the candidates
+    are planned for."""
 
-    def __init__(self, graph: Graph, found: Collected):
+    def __init__(self, graph: Graph, found: Collected, config: GemminiConfig):
         self.found = found
+        self.config = config
         self.splits = folds(found.data.num_samples)
         self.outputs = [o.name for o in graph.outputs if o.name in set(found.tensors)]
         self.units = [(o, part) for o in self.outputs for part in parts(graph, o)] if self.splits else []
@@ -129,13 +141,13 @@ class HeldOut:
     def judged(self) -> int:
         return sum(len(h) for _, h in self.splits)
 
-    def noise(self, fold: int, run) -> list[float]:
-        """The squared error per unit over fold `fold`'s held-out samples; `run(sample)` gives the outputs."""
+    def noise(self, fold: int, got: list[list[np.ndarray]]) -> list[float]:
+        """The squared error per unit over fold `fold`'s held-out samples; `got`: each sample's outputs."""
         power = [0.0] * len(self.units)
-        for s, ref in zip(self.samples[fold], self.reference[fold]):
-            got = dict(zip(self.outputs, run(s)))
+        for outputs, ref in zip(got, self.reference[fold], strict=True):
+            got_by_name = dict(zip(self.outputs, outputs))
             for u, (o, part) in enumerate(self.units):
-                diff = got[o][part].astype(np.float64) - ref[o][part]
+                diff = got_by_name[o][part].astype(np.float64) - ref[o][part]
                 power[u] += float(np.sum(diff * diff))
         return power
 
@@ -146,8 +158,8 @@ class HeldOut:
         return float(np.mean([_db(sig, n) for sig, n in zip(signal, noise)]))
 
     def exact(self, graph: Graph, table, ranges_of, name: str, folds: list[int] | None = None) -> float | None:
-        """The held-out SQNR over `folds` (default: every fold) of the compiled arithmetic (the QDQ golden)
-        when each fold's ranges are `ranges_of(fit)`; None when onnxruntime cannot run it."""
+        """The held-out SQNR over `folds` (default: every fold) of the compiled arithmetic when each fold's
+        ranges are `ranges_of(fit)`; None when the model cannot be planned with them."""
         folds = list(range(len(self.splits))) if folds is None else folds
         totals = [0.0] * len(self.units)
         for f in folds:
@@ -158,15 +170,21 @@ class HeldOut:
         return self.score(totals, folds)
 
     def exact_fold(self, graph: Graph, table, ranges: dict[str, float], fold: int, name: str) -> list[float] | None:
-        """One fold's noise per unit through the golden; `name` names the ranges (computed once per name)."""
+        """One fold's noise per unit through the emulated plan; `name` names the ranges (computed once per
+        name). A model in pieces runs one sample at a time (its activations are what made it one)."""
         if (name, fold) not in self._exact:
             fit = self.splits[fold][0]
             try:
-                qdq = build_qdq(graph, table(ranges, self.found.means(fit), name))
-                sess = session(qdq, arena=self.found.sess.whole)  # a model in pieces: no run's peak kept
-                self._exact[(name, fold)] = self.noise(fold, lambda s: run(sess, self.outputs, s))
+                plan = build_plan(graph, table(ranges, self.found.means(fit), name), self.config, name, "")
             except ModelError:
                 self._exact[(name, fold)] = None
+                return None
+            emulator = Emulator(plan)
+            samples = self.samples[fold]
+            group = BATCH if self.found.sess.whole else 1
+            got = [dequantize(plan, out) for g in range(0, len(samples), group)
+                   for out in emulator.run_batch(samples[g:g + group])]
+            self._exact[(name, fold)] = self.noise(fold, [[one[o] for o in self.outputs] for one in got])
         return self._exact[(name, fold)]
 
 
@@ -189,7 +207,10 @@ def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | 
         c, f = job
         return heldout.exact_fold(graph, table, found.ranges(c, heldout.splits[f][0]), f, c)
 
-    with ThreadPoolExecutor(found.threads) as pool:  # onnxruntime runs without the GIL: sessions side by side
+    # Jobs side by side (BLAS runs without the GIL), each on one BLAS thread: BLAS's own threads on the
+    # same cores made each emulated run 2.8x slower (light ResNet-50: 0.61 s per job against 0.22 s).
+    blas = threadpool_limits(1, user_api="blas") if found.threads > 1 else contextlib.nullcontext()
+    with blas, ThreadPoolExecutor(found.threads) as pool:
         for (c, _), power in zip(jobs, pool.map(judge, jobs)):  # in job order: sums independent of threads
             if power is None:
                 failed.add(c)
