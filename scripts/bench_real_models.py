@@ -1579,8 +1579,9 @@ def source_state() -> str:
 
 
 def joined(docs: list[dict]) -> tuple[dict, dict, dict]:
-    """The models of several --json runs (same settings: quick, seed, calibration samples, onnxruntime), the
-    first run's settings, and its environment with every run's commit; an error when the settings differ."""
+    """The models of several --json runs (same settings: quick, seed, calibration samples, onnxruntime) in the
+    benchmark's model order, the first run's settings, and its environment with every run's commit; an error
+    when the settings differ."""
     first = docs[0]
     keep = ("quick", "seed", "calib_samples")
     for doc in docs[1:]:
@@ -1590,6 +1591,8 @@ def joined(docs: list[dict]) -> tuple[dict, dict, dict]:
     results = {}
     for doc in docs:
         results.update(doc["models"])
+    order = list(MODELS)
+    results = dict(sorted(results.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     env = dict(first["environment"])
     env["source"] = " + ".join(dict.fromkeys(d["environment"]["source"] for d in docs))
     return results, first["settings"], env
