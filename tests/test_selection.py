@@ -497,8 +497,10 @@ def test_the_stand_in_computes_what_the_golden_computes():
 @pytest.mark.parametrize("model_of", ["two_branch", "sparse_map"])
 def test_the_judged_arithmetic_is_onnxruntimes_golden(model_of):
     """The candidates are judged on the emulated plan; onnxruntime's QDQ golden of the same ranges (what
-    `diff` checks the plan against) gives every held-out sample the same outputs: the same noise, within
-    float rounding of the float steps. Negative control: the golden of ranges 1.5x as wide differs."""
+    `diff` checks the plan against) gives every held-out sample the same outputs: the same noise, exactly
+    (their sigmoid and tanh tables included). Both models are free of residual adds, where the golden rounds
+    otherwise (diff's explained 1-LSB mismatches; there the judged noise is the code's, not the golden's).
+    Negative control: the golden of ranges 1.5x as wide differs."""
     from onnx2gemmini.compiler import graph_activations, prepare
     from onnx2gemmini.golden import build_qdq
     from onnx2gemmini.ops.registry import handlers_for
@@ -520,7 +522,7 @@ def test_the_judged_arithmetic_is_onnxruntimes_golden(model_of):
             emulated = heldout.exact_fold(graph, table, ranges, fold, method)
             golden = session(build_qdq(graph, table(ranges, found.means(fit), method)))
             got = [golden.run(heldout.outputs, s) for s in heldout.samples[fold]]
-            assert heldout.noise(fold, got) == pytest.approx(emulated, rel=1e-5, abs=1e-9), (fold, method)
+            assert heldout.noise(fold, got) == emulated, (fold, method)
             wider = session(build_qdq(graph, table({t: 1.5 * r for t, r in ranges.items()}, found.means(fit),
                                                    "wider")))
             got = [wider.run(heldout.outputs, s) for s in heldout.samples[fold]]

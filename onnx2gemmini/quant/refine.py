@@ -13,8 +13,8 @@ The search judges on half the folds' held-out samples (the even folds) and the r
 other half, through the compiled arithmetic itself (the emulated plan, as selection.py judges) rebuilt with
 the changed ranges: the samples that decide are not the ones that chose (on a 2-class text-direction
 classifier, 32 samples judged by the same samples that chose 5 changes "gained" 12.6 dB, and 0.6 dB on
-evaluation data). Unconfirmed, the chosen estimator's ranges stand. Each half holds at least two samples: the held-out choice needs selection.MIN_SAMPLES (4),
-which makes four folds of at least one sample each.
+evaluation data). Unconfirmed, the chosen estimator's ranges stand. Each half holds at least two samples:
+the held-out choice needs selection.MIN_SAMPLES (4), which makes four folds of at least one sample each.
 
 The trials run on a stand-in for the compiled arithmetic: each fold's QDQ model with every calibrated
 scale fed as an input, so a trial needs no new onnxruntime session, only one run per held-out sample (the
@@ -47,8 +47,8 @@ SPREAD = 1.25       # a unit is tried when some estimator's range is this far fr
 @dataclass(frozen=True)
 class Refinement:
     """The per-unit changes found ({first calibrated tensor of the unit: estimator}), the units tried, the
-    held-out SQNR the compiled arithmetic (the emulated plan) gives them on the confirming folds, its gain there
-    over the chosen estimator's, whether they were kept, and the stand-in's SQNR on the searched folds
+    held-out SQNR the compiled arithmetic (the emulated plan) gives them on the confirming folds, its gain
+    there over the chosen estimator's, whether they were kept, and the stand-in's SQNR on the searched folds
     (None: nothing to try)."""
 
     changes: dict[str, str] = field(default_factory=dict)
