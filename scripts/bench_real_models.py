@@ -59,7 +59,9 @@ SQNR and cosine of the outputs against fp32 (onnxruntime on the original model),
 decoded fp32 and int8 results, and for the default and minmax rows run_diff's verdict against onnxruntime's QDQ
 run of the same quantization and its per-layer SQNR. At the end: a summary with two margins, each with
 its 95% paired bootstrap interval over the evaluation samples: the default's output SQNR minus the better of
-minmax and onnxruntime's best, and the default's task figure minus onnxruntime's best task figure. Then, for
+minmax and onnxruntime's best, and the default's task figure minus onnxruntime's best task figure, and how
+much of the pooled output noise the worst evaluation sample holds (near 100%: the margin is one sample's, and
+moves with the data draw). Then, for
 the model where the default does worst against minmax and onnxruntime (and for the PP-OCR detector) where the
 per-layer gap opens, which outputs the default clips hardest, and which outputs share a much wider tensor's scale. Models the
 compiler refuses are listed with its error line and skipped. --json writes every figure.
@@ -70,6 +72,7 @@ compiler refuses are listed with its error line and skipped. --json writes every
                                                                # models, without the PP-OCR det/rec: 77 min)
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
     python scripts/bench_real_models.py --quick --calib-samples 8   # the few-calibration-samples regime
+    python scripts/bench_real_models.py --quick --seed 1 --readme docs/real_models.md   # another data draw's table
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
 scikit-learn, opencv-python-headless, pyclipper, shapely and PyYAML (what the data and the packages' own pre-
@@ -89,6 +92,7 @@ import importlib.util
 import json
 import logging
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -1076,17 +1080,22 @@ def ort_quantize(path: Path, out: Path, name: str, calib: np.ndarray, method: st
     return out
 
 
-def ort_source(model: Model, tmp: Path) -> Path:
-    """The file quantize_static starts from: the model's own, or for a model shipped dynamically quantized
-    (dddd_rec_old; quantize_static cannot quantize it again) the float model onnx2gemmini compiles it as."""
+def ort_source(model: Model, tmp: Path, method: str) -> Path:
+    """The file quantize_static starts from, in a folder of this method's own: quantize_static writes its
+    shape-inferred copy next to it (`<name>-inferred.onnx`), and the methods run side by side. The model's own
+    file, or for a model shipped dynamically quantized (dddd_rec_old; quantize_static cannot quantize it
+    again) the float model onnx2gemmini compiles it as."""
     import onnx
 
     from onnx2gemmini import dynamic_quant
+    folder = tmp / f"{model.key}_ort_{method}"
+    folder.mkdir(exist_ok=True)
+    out = folder / f"{model.key}.onnx"
     proto = onnx.load(str(model.path()))
     if not dynamic_quant.has_dynamic(proto):
-        return model.path()
+        shutil.copyfile(model.path(), out)
+        return out
     dynamic_quant.rewrite(proto)
-    out = tmp / f"{model.key}_float.onnx"
     onnx.save(proto, str(out))
     return out
 
@@ -1162,7 +1171,8 @@ def evaluate(row: dict) -> dict:
         else:
             result["method"] = row["method"]
             qdq = Path(_W["tmp"]) / f"{model.key}_ort_{row['method']}.onnx"
-            ort_quantize(ort_source(model, Path(_W["tmp"])), qdq, model.input, _W["calib"], row["method"])
+            ort_quantize(ort_source(model, Path(_W["tmp"]), row["method"]), qdq, model.input, _W["calib"],
+                         row["method"])
             got = run_ort(qdq, model.input, _W["eval"])
             default = run_ort(qdq, model.input, _W["eval"], DEFAULT_ENTRIES)
             result["default_session_sqnr_db"] = output_figures(_W["fp32"], default)[model.primary]["sqnr_db"]
@@ -1388,14 +1398,33 @@ def sqnr_interval(a: dict, b: dict) -> tuple[float, float] | None:
     return paired_interval(lambda d: 10 * np.log10(nb[d].sum(1) / na[d].sum(1)), len(na))
 
 
-def margin_interval(entry: dict) -> tuple[float, float] | None:
-    """The margin's interval: the default against its strongest rival (minmax or onnxruntime's best)."""
+def margin_rows(entry: dict) -> tuple[dict | None, dict | None]:
+    """The default row and its strongest rival (minmax or onnxruntime's best, by output SQNR)."""
     rows = [r for r in entry.get("rows", []) if "error" not in r and r.get("sqnr_db") is not None]
     default = next((r for r in rows if r["label"] == DEFAULT_LABEL), None)
-    rivals = [r for r in rows if r["label"] == "minmax" or r["kind"] == "ort"]
-    if default is None or not rivals:
-        return None
-    return sqnr_interval(default, max(rivals, key=lambda r: r["sqnr_db"]))
+    rival = max((r for r in rows if r["label"] == "minmax" or r["kind"] == "ort"), key=lambda r: r["sqnr_db"],
+                default=None)
+    return default, rival
+
+
+def margin_interval(entry: dict) -> tuple[float, float] | None:
+    """The margin's interval: the default against its strongest rival (minmax or onnxruntime's best)."""
+    default, rival = margin_rows(entry)
+    return None if default is None or rival is None else sqnr_interval(default, rival)
+
+
+def worst_share(row: dict | None) -> float | None:
+    """The share of a row's output noise (summed over the evaluation samples) that its worst sample holds:
+    near 1, the pooled SQNR is that one sample's, and another data draw can move it by many dB."""
+    noise = None if row is None else row.get("per_sample", {}).get("noise")
+    total = float(np.sum(noise)) if noise else 0.0
+    return None if total <= 0 else float(np.max(noise)) / total
+
+
+def worst_share_text(entry: dict) -> str:
+    """The worst evaluation sample's share of the noise, for the default and for its strongest rival."""
+    default, rival = margin_rows(entry)
+    return " / ".join(fmt(worst_share(r), ".0%") for r in (default, rival))
 
 
 def lead_text(best: dict, default: dict | None) -> str:
@@ -1449,7 +1478,8 @@ def summary(results: dict) -> None:
     print("\n=== summary: output SQNR (dB) of the defaults, minmax, the best onnx2gemmini row and onnxruntime; "
           "margin = default - max(minmax, onnxruntime's best), with its 95% paired bootstrap interval")
     print(f"    {'model':12} {'default':>8} {'minmax':>8} {'best ours':>10}  {'':34} {'ort MinMax':>10} "
-          f"{'ort best':>9} {'(default session)':>17} {'margin':>24}  task margin vs onnxruntime's best task figure")
+          f"{'ort best':>9} {'(default session)':>17} {'margin':>24} {'worst':>9}  task margin vs onnxruntime's best "
+          "task figure (worst: the worst evaluation sample's share of the noise, default / margin's rival)")
     for key, e in results.items():
         if e["status"] != "ok":
             print(f"    {key:12} {e['status']}: {e['error'][:100]}")
@@ -1458,12 +1488,24 @@ def summary(results: dict) -> None:
         print(f"    {key:12} {fmt(sqnr_of(e, DEFAULT_LABEL)):>8} {fmt(sqnr_of(e, 'minmax')):>8} "
               f"{fmt(best and best['sqnr_db']):>10}  {(best['label'] if best else '')[:34]:34} "
               f"{fmt(sqnr_of(e, 'onnxruntime MinMax')):>10} {fmt(ort_best and ort_best['sqnr_db']):>9} "
-              f"{fmt(ort_best and ort_best.get('default_session_sqnr_db')):>17} {margin_text(e):>24}  "
-              f"{task_margin_text(e)}")
+              f"{fmt(ort_best and ort_best.get('default_session_sqnr_db')):>17} {margin_text(e):>24} "
+              f"{worst_share_text(e):>9}  {task_margin_text(e)}")
 
 
-README_BEGIN = "<!-- real-model benchmark: generated by scripts/bench_real_models.py --readme; do not edit -->"
-README_END = "<!-- end of real-model benchmark -->"
+def regime_args(seed: int = 0, calib_samples: int | None = None) -> str:
+    """The options that make a run's data regime other than the benchmark's own (seed 0, every sample)."""
+    return (f" --seed {seed}" if seed else "") + (f" --calib-samples {calib_samples}" if calib_samples else "")
+
+
+def block_markers(seed: int = 0, calib_samples: int | None = None) -> tuple[str, str]:
+    """The generated block a run's table replaces: one per regime, so the README's table (the benchmark's
+    own regime) and the other draws' tables (docs/real_models.md) are each regenerated by their own run."""
+    regime = regime_args(seed, calib_samples)
+    return (f"<!-- real-model benchmark{regime}: generated by scripts/bench_real_models.py --readme; do not edit -->",
+            f"<!-- end of real-model benchmark{regime} -->")
+
+
+README_BEGIN, README_END = block_markers()
 
 
 def markdown_summary(results: dict, header: str) -> str:
@@ -1472,10 +1514,11 @@ def markdown_summary(results: dict, header: str) -> str:
     from onnx2gemmini.emit.names import markdown as cell
 
     lines = [header, "", "| model | default: SQNR dB, task figure | best onnx2gemmini row | onnxruntime's best | "
-             "margin dB (95% interval) | task margin (95% interval) |", "|---|---|---|---|---|---|"]
+             "margin dB (95% interval) | worst sample's share of the noise: default / rival | "
+             "task margin (95% interval) |", "|---|---|---|---|---|---|---|"]
     for key, e in results.items():
         if e["status"] != "ok":
-            lines.append(f"| {cell(key)} | {cell(e['status'] + ': ' + e['error'][:120])} | | | | |")
+            lines.append(f"| {cell(key)} | {cell(e['status'] + ': ' + e['error'][:120])} | | | | | |")
             continue
         default, best, ort_best = leaders(e)
         rival = task_rival(e)
@@ -1486,7 +1529,7 @@ def markdown_summary(results: dict, header: str) -> str:
                                           f"; best task figure: {rival['label']}: {rival['task']['text']}")
         lines.append("| " + " | ".join(cell(c) for c in (
             key, described(default) if default else "", described(best, best and lead_text(best, default)), ort_text,
-            margin_text(e), task_margin_text(e))) + " |")
+            margin_text(e), worst_share_text(e), task_margin_text(e))) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -1504,9 +1547,13 @@ def margin_text(entry: dict) -> str:
 
 
 def readme_header(quick: bool, source: str, ort_version: str, seed: int, cpu: str | None = None,
-                  calib_samples: int | None = None) -> str:
-    few = f" --calib-samples {calib_samples}" if calib_samples else ""
-    return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''}{few} --readme README.md` "
+                  calib_samples: int | None = None, models: list[str] | None = None,
+                  target: str = "README.md") -> str:
+    """The table's heading: the command that measures it (`models`: the subset run, if not every model), what
+    was measured where, and how to read the columns."""
+    subset = f" --models {','.join(models)}" if models and set(models) != set(MODELS) else ""
+    return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''}"
+            f"{regime_args(seed, calib_samples)}{subset} --readme {target}` "
             f"(onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}"
             f"{f', CPU {cpu}' if cpu else ''}). onnxruntime's rows run its int8 kernels exactly (the golden's "
             "session settings); where its default session gives another figure on this CPU (x86 without VNNI "
@@ -1516,17 +1563,28 @@ def readme_header(quick: bool, source: str, ort_version: str, seed: int, cpu: st
             f"tensor, {' / '.join(ORT_METHODS)}); task margin = the default's task figure minus onnxruntime's "
             "best; in brackets, each margin's 95% paired bootstrap interval over the evaluation samples "
             f"({BOOTSTRAP} draws), and the same for the best onnx2gemmini row's lead over the default: one that "
-            "straddles 0 means these samples cannot tell the two apart.")
+            "straddles 0 means these samples cannot tell the two apart. The worst sample's share: how much of "
+            "the pooled output noise (the default's, and its rival's in the margin) one evaluation sample holds; "
+            "near 100%, the SQNR is that sample's and the margin moves with the draw.")
 
 
-def write_readme(path: Path, text: str) -> None:
-    """Replace the block between README_BEGIN and README_END in `path` by `text`."""
+def shown(path: Path) -> str:
+    """`path` as the table's heading names it: from the checkout's root when it is inside, else its name."""
+    try:
+        return path.resolve().relative_to(SCRIPTS.parent).as_posix()
+    except ValueError:
+        return path.name
+
+
+def write_readme(path: Path, text: str, seed: int = 0, calib_samples: int | None = None) -> None:
+    """Replace the generated block of the run's regime (block_markers) in `path` by `text`."""
+    begin, end = block_markers(seed, calib_samples)
     readme = path.read_text()
-    if README_BEGIN not in readme or README_END not in readme:
-        sys.exit(f"{path}: no {README_BEGIN} ... {README_END} block to replace")
-    head, rest = readme.split(README_BEGIN, 1)
-    tail = rest.split(README_END, 1)[1]
-    path.write_text(f"{head}{README_BEGIN}\n{text}{README_END}{tail}")
+    if begin not in readme or end not in readme:
+        sys.exit(f"{path}: no {begin} ... {end} block to replace")
+    head, rest = readme.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{begin}\n{text}{end}{tail}")
 
 
 def range_notes(entry: dict, top: int = 8) -> dict:
@@ -1620,7 +1678,10 @@ def main() -> None:
                         help=f"side of the PP-OCR detector's square input, a multiple of 32 (default {DET}; rapidocr "
                              "itself scales the short side to 736)")
     parser.add_argument("--no-install", action="store_true", help="print the pip commands instead of running them")
-    parser.add_argument("--readme", type=Path, help="write the summary table into this README's generated block")
+    parser.add_argument("--readme", type=Path,
+                        help="write the summary table into this file's generated block for the run's regime (the "
+                             "README's for seed 0 with every calibration sample; docs/real_models.md holds the "
+                             "blocks of --seed N and --calib-samples N)")
     parser.add_argument("--from-json", type=Path, metavar="JSON", nargs="+",
                         help="measure nothing: print the summary of a run that --json saved (and with --readme "
                              "write its table, headed by the commit and versions that run measured); several runs "
@@ -1634,7 +1695,8 @@ def main() -> None:
         if args.readme:
             write_readme(args.readme, markdown_summary(results, readme_header(
                 settings["quick"], env["source"], env["onnxruntime"], settings["seed"], env.get("cpu"),
-                settings.get("calib_samples"))))
+                settings.get("calib_samples"), list(results), shown(args.readme))),
+                settings["seed"], settings.get("calib_samples"))
         return
     if args.det_size % 32 or args.det_size < 64:
         parser.error("--det-size: a multiple of 32, at least 64")
@@ -1668,8 +1730,9 @@ def main() -> None:
             print_model(key, entry)
     summary(results)
     if args.readme:
-        write_readme(args.readme, markdown_summary(results, readme_header(args.quick, source, ort.__version__,
-                                                                          args.seed, golden.cpu, args.calib_samples)))
+        write_readme(args.readme, markdown_summary(results, readme_header(
+            args.quick, source, ort.__version__, args.seed, golden.cpu, args.calib_samples, keys, shown(args.readme))),
+            args.seed, args.calib_samples)
     done = {k: e for k, e in results.items() if e["status"] == "ok"}
     for e in done.values():
         e["layer_gaps_minmax_vs_default"] = layer_gaps(e, DEFAULT_LABEL, "minmax")
