@@ -91,14 +91,17 @@ def test_from_json_rewrites_the_readme_block(tmp_path, monkeypatch, capsys):
     doc = {"settings": {"quick": True, "seed": 3}, "environment": {"source": "abc1234", "onnxruntime": "9.9"},
            "models": {"rnet": entry(*rows)}}
     (tmp_path / "run.json").write_text(json.dumps(doc))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{B.README_BEGIN}\nold\n{B.README_END}\nafter\n")
+    readme = tmp_path / "regimes.md"
+    begin, end = B.block_markers(seed=3)
+    own = f"{B.README_BEGIN}\nseed 0's table\n{B.README_END}\n"  # the benchmark's own regime: not this run's
+    readme.write_text(f"before\n{own}{begin}\nold\n{end}\nafter\n")
     monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "run.json"),
                                       "--readme", str(readme)])
     B.main()
     text = readme.read_text()
-    assert text.startswith("before\n") and text.endswith("after\n") and "\nold\n" not in text
+    assert text.startswith(f"before\n{own}") and text.endswith("after\n") and "\nold\n" not in text
     assert "onnx2gemmini abc1234, onnxruntime 9.9, data seed 3" in text
+    assert "`python scripts/bench_real_models.py --quick --seed 3 --models rnet --readme regimes.md`" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| rnet "))
     assert "| 3.01 (+3.01 to +3.01) |" in line  # the default against its own minmax (the stronger rival)
     task_cell = line.rstrip(" |").rsplit("| ", 1)[1]  # "+0.050 (lo to hi)": 2 of 40 flipped by the rival only
@@ -120,7 +123,7 @@ def test_from_json_joins_runs_of_the_same_settings(tmp_path, monkeypatch):
     for name, doc in (("a.json", first), ("b.json", second)):
         (tmp_path / name).write_text(json.dumps(doc))
     readme = tmp_path / "README.md"
-    readme.write_text(f"{B.README_BEGIN}\n{B.README_END}\n")
+    readme.write_text("{}\n{}\n".format(*B.block_markers(seed=3)))
     monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "a.json"),
                                       str(tmp_path / "b.json"), "--readme", str(readme)])
     B.main()
@@ -135,3 +138,31 @@ def test_from_json_joins_runs_of_the_same_settings(tmp_path, monkeypatch):
                                       str(tmp_path / "c.json")])
     with pytest.raises(SystemExit, match="cannot be joined"):
         B.main()
+
+
+def test_a_run_without_its_regimes_block_is_refused(tmp_path, monkeypatch):
+    """A seed-1 table never lands in the README's seed-0 block."""
+    n = 10
+    rows = [row(B.DEFAULT_LABEL, "ours", np.full(n, 0.01), [1] * n), row("minmax", "ours", np.full(n, 0.02), [1] * n)]
+    doc = {"settings": {"quick": True, "seed": 1}, "environment": {"source": "abc1234", "onnxruntime": "9.9"},
+           "models": {"rnet": entry(*rows)}}
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{B.README_BEGIN}\nseed 0's table\n{B.README_END}\n")
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "run.json"),
+                                      "--readme", str(readme)])
+    with pytest.raises(SystemExit, match="--seed 1: generated"):
+        B.main()
+    assert "seed 0's table" in readme.read_text()
+
+
+def test_worst_sample_share():
+    """One sample holding most of the noise is named as such; evenly spread noise is 1/n per sample."""
+    even = row(B.DEFAULT_LABEL, "ours", np.full(20, 0.5), [1] * 20)
+    assert B.worst_share(even) == pytest.approx(1 / 20)
+    noise = np.full(20, 0.01)
+    noise[3] = 0.81
+    rival = row("onnxruntime Percentile", "ort", noise, [1] * 20)
+    assert B.worst_share(rival) == pytest.approx(0.81 / 1.0)
+    assert B.worst_share_text(entry(even, rival)) == "5% / 81%"
+    assert B.worst_share({"label": "x"}) is None
