@@ -166,3 +166,30 @@ def test_worst_sample_share():
     assert B.worst_share(rival) == pytest.approx(0.81 / 1.0)
     assert B.worst_share_text(entry(even, rival)) == "5% / 81%"
     assert B.worst_share({"label": "x"}) is None
+
+
+def test_each_onnxruntime_method_quantizes_its_own_copy(tmp_path):
+    """quantize_static writes `<model>-inferred.onnx` next to its input: methods run side by side must not
+    share that folder (they overwrote each other's file in the installed package's folder)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    shipped = tmp_path / "package" / "model.onnx"
+    shipped.parent.mkdir()
+    onnx.save(helper.make_model(graph), str(shipped))
+
+    class Shipped:
+        key = "m"
+
+        def path(self):
+            return shipped
+
+    work = tmp_path / "work"
+    work.mkdir()
+    sources = [B.ort_source(Shipped(), work, method) for method in B.ORT_METHODS]
+    assert len({s.parent for s in sources}) == len(sources)
+    assert all(s.parent.parent == work and s.read_bytes() == shipped.read_bytes() for s in sources)
+    assert sorted(p.name for p in shipped.parent.iterdir()) == ["model.onnx"]
