@@ -1362,11 +1362,8 @@ def sqnr_of(entry: dict, label: str):
 
 def default_margin(entry: dict):
     """Default's output SQNR minus the better of minmax and onnxruntime's best (negative: the default loses)."""
-    others = [sqnr_of(entry, "minmax")] + [r["sqnr_db"] for r in entry.get("rows", [])
-                                           if r["kind"] == "ort" and "error" not in r]
-    others = [o for o in others if o is not None]
-    d = sqnr_of(entry, DEFAULT_LABEL)
-    return None if d is None or not others else d - max(others)
+    default, rival = margin_rows(entry)
+    return None if default is None or rival is None else default["sqnr_db"] - rival["sqnr_db"]
 
 
 BOOTSTRAP = 2000
@@ -1550,14 +1547,17 @@ def readme_header(quick: bool, source: str, ort_version: str, seed: int, cpu: st
                   calib_samples: int | None = None, models: list[str] | None = None,
                   target: str = "README.md") -> str:
     """The table's heading: the command that measures it (`models`: the subset run, if not every model), what
-    was measured where, and how to read the columns."""
+    was measured where, and how to read the columns. What comes from the run (its JSON may be edited by
+    hand) or the command line reaches the Markdown only through `markdown`."""
+    from onnx2gemmini.emit.names import markdown
+
     subset = f" --models {','.join(models)}" if models and set(models) != set(MODELS) else ""
-    return (f"Measured by `python scripts/bench_real_models.py{' --quick' if quick else ''}"
-            f"{regime_args(seed, calib_samples)}{subset} --readme {target}` "
-            f"(onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}"
-            f"{f', CPU {cpu}' if cpu else ''}). onnxruntime's rows run its int8 kernels exactly (the golden's "
-            "session settings); where its default session gives another figure on this CPU (x86 without VNNI "
-            "saturates int16 sums), the onnxruntime cell shows that too. Output SQNR "
+    command = (f"python scripts/bench_real_models.py{' --quick' if quick else ''}{regime_args(seed, calib_samples)}"
+               f"{subset} --readme {target}")
+    measured = f"onnx2gemmini {source}, onnxruntime {ort_version}, data seed {seed}{f', CPU {cpu}' if cpu else ''}"
+    return (f"Measured by {markdown(command)} ({markdown(measured)}). onnxruntime's rows run its int8 kernels "
+            "exactly (the golden's session settings); where its default session gives another figure on this CPU "
+            "(x86 without VNNI saturates int16 sums), the onnxruntime cell shows that too. Output SQNR "
             "against fp32 on evaluation data; the task figure compares the decoded int8 and fp32 results; margin = "
             "the default minus the better of minmax and onnxruntime's best `quantize_static` (symmetric int8 per "
             f"tensor, {' / '.join(ORT_METHODS)}); task margin = the default's task figure minus onnxruntime's "

@@ -101,7 +101,8 @@ def test_from_json_rewrites_the_readme_block(tmp_path, monkeypatch, capsys):
     text = readme.read_text()
     assert text.startswith(f"before\n{own}") and text.endswith("after\n") and "\nold\n" not in text
     assert "onnx2gemmini abc1234, onnxruntime 9.9, data seed 3" in text
-    assert "`python scripts/bench_real_models.py --quick --seed 3 --models rnet --readme regimes.md`" in text
+    assert "Measured by python scripts/bench\\_real\\_models.py --quick --seed 3 --models rnet --readme regimes.md " \
+        "(onnx2gemmini abc1234" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| rnet "))
     assert "| 3.01 (+3.01 to +3.01) |" in line  # the default against its own minmax (the stronger rival)
     task_cell = line.rstrip(" |").rsplit("| ", 1)[1]  # "+0.050 (lo to hi)": 2 of 40 flipped by the rival only
@@ -193,3 +194,10 @@ def test_each_onnxruntime_method_quantizes_its_own_copy(tmp_path):
     assert len({s.parent for s in sources}) == len(sources)
     assert all(s.parent.parent == work and s.read_bytes() == shipped.read_bytes() for s in sources)
     assert sorted(p.name for p in shipped.parent.iterdir()) == ["model.onnx"]
+
+
+def test_the_heading_escapes_what_the_run_says():
+    """A run's JSON (editable by hand) names the commit, the CPU and the models: Markdown sees them escaped."""
+    header = B.readme_header(True, "abc|<b>x</b>", "9.9", 1, "cpu_`x`", None, ["rnet"], "a|b.md")
+    assert "abc\\|&lt;b&gt;x&lt;/b&gt;" in header and "cpu\\_\\`x\\`" in header and "a\\|b.md" in header
+    assert "<b>" not in header and "abc|" not in header

@@ -188,13 +188,10 @@ class HeldOut:
         return self._exact[(name, fold)]
 
 
-def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...] | None = None,
-           heldout: HeldOut | None = None) -> Choice:
+def choose(graph: Graph, found: Collected, table, candidates: tuple[str, ...], heldout: HeldOut) -> Choice:
     """The candidate whose whole-model quantization, fitted on each fold's fitting samples, gives the best
     output SQNR on its held-out samples. `table(amax, means, method)` builds the QuantTable of a set of
     ranges (the compile's own options: weight scales, bias correction)."""
-    candidates = CANDIDATES if candidates is None else candidates
-    heldout = HeldOut(graph, found) if heldout is None else heldout
     if not heldout.usable:
         return Choice(candidates[0], {}, 0, 0)
     # Every fold's histograms and all the samples' (for the final fit) from one histogramming of the samples.
