@@ -341,54 +341,37 @@ def outputs_sqnr(compiled, model, data: dict[str, np.ndarray]) -> dict[str, floa
     return found
 
 
-@pytest.mark.parametrize("pass_", ["branches", "units"])
-def test_per_tensor_ranges_judged_at_the_outputs_beat_every_whole_model_estimator(monkeypatch, pass_):
-    """On evaluation data it never saw, the default (the held-out choice, then ranges changed per branch or per
-    tensor, judged at the outputs) beats every estimator forced on the whole model by 10 dB in mean output
-    SQNR, and is within 1 dB of the best of them on each output. Each pass does it alone (the other switched
-    off); with both switched off the same check fails."""
+def test_per_tensor_ranges_judged_at_the_outputs_beat_every_whole_model_estimator(monkeypatch):
+    """On evaluation data it never saw, the default (the held-out choice, then per-tensor changes judged at the
+    outputs) beats every estimator forced on the whole model by 10 dB in mean output SQNR, and is within 1 dB
+    of the best of them on each output; with the refinement switched off the same check fails."""
     from onnx2gemmini.quant import refine
     model, calib, evaluation = two_branch_model(), two_branch_data(32, 0), two_branch_data(32, 1)
     forced = {m: outputs_sqnr(o2g.compile(model, calib=calib, calib_method=m), model, evaluation)
               for m in selection.CANDIDATES}
     best_whole = max(np.mean(list(f.values())) for f in forced.values())
-    monkeypatch.setattr(refine, "MAX_UNITS" if pass_ == "branches" else "MAX_BRANCH_TRIALS", 0)
     default = o2g.compile(model, calib=calib)
     got = outputs_sqnr(default, model, evaluation)
     refined = default.calibration["refined"]
-    if pass_ == "branches":
-        assert refined["units_tried"] == 0 and refined["branches_gain_db"] >= 10.0, refined
-        assert [(b["parts"], b["trunk"], b["method"]) for b in refined["branches"]] == [(["map"], False, "minmax")]
-    else:
-        assert refined["branches_tried"] == 0 and refined["kept"] and refined["gain_db"] >= 10.0, refined
+    assert refined["kept"] and refined["gain_db"] >= 10.0, refined
     assert np.mean(list(got.values())) >= best_whole + 10.0, (got, forced)
     for o in got:
         assert got[o] >= max(f[o] for f in forced.values()) - 1.0, (o, got, forced)
 
-    monkeypatch.setattr(refine, "MAX_UNITS", 0)  # negative control: nothing tried
-    monkeypatch.setattr(refine, "MAX_BRANCH_TRIALS", 0)
+    monkeypatch.setattr(refine, "MAX_UNITS", 0)  # negative control: no tensor tried
     plain = o2g.compile(model, calib=calib)
-    assert plain.calibration["refined"]["units_tried"] == 0 and plain.calibration["refined"]["branches_tried"] == 0
+    assert plain.calibration["refined"]["units_tried"] == 0
     assert not np.mean(list(outputs_sqnr(plain, model, evaluation).values())) >= best_whole + 10.0
 
 
-def test_the_report_says_what_the_refinement_changed(tmp_path, monkeypatch):
-    from onnx2gemmini.quant import refine
+def test_the_report_says_what_the_refinement_changed(tmp_path):
     model, calib = two_branch_model(), two_branch_data(16, 0)
     out = o2g.compile(model, calib=calib).write(tmp_path / "out")
     refined = json.loads((out / "report.json").read_text())["calibration"]["refined"]
-    assert set(refined) == {"units_tried", "kept", "changes", "heldout_sqnr_db", "gain_db", "search_sqnr_db",
-                            "branches_tried", "branches", "branches_gain_db"}
-    assert refined["branches"] == [{"parts": ["map"], "trunk": False, "units": refined["branches"][0]["units"],
-                                    "method": "minmax"}]
-    text = (out / "report.md").read_text()
-    assert f"range(s) reaching only map minmax ({refined['branches_gain_db']:+.2f} dB on every held-out sample)" \
-        in text
-    monkeypatch.setattr(refine, "MAX_BRANCH_TRIALS", 0)  # the unit pass alone: it names its tensors
-    out = o2g.compile(model, calib=calib).write(tmp_path / "units")
-    refined = json.loads((out / "report.json").read_text())["calibration"]["refined"]
+    assert set(refined) == {"units_tried", "kept", "changes", "heldout_sqnr_db", "gain_db", "search_sqnr_db"}
     assert refined["kept"] and {c["tensor"] for c in refined["changes"]} & {"x", "f", "z", "t"}
-    assert f"{len(refined['changes'])} tensor range(s) changed" in (out / "report.md").read_text()
+    text = (out / "report.md").read_text()
+    assert f"{len(refined['changes'])} tensor range(s) changed" in text
 
 
 def test_the_refinement_searches_and_confirms_on_two_samples_each_from_min_samples():

@@ -240,25 +240,14 @@ def calibration_text(calibration: dict, name=str) -> str:
 
 
 def refinement_text(refined: dict | None, name=str) -> str:
-    """The refinement (quant/refine.py) in a clause: the branches and tensors it changed, or what it tried."""
-    if not refined or not (refined.get("units_tried") or refined.get("branches_tried")):
+    """The per-tensor refinement (quant/refine.py) in a clause: what it changed, or what it tried."""
+    if not refined or not refined.get("units_tried"):
         return ""
-    done = []
-    if refined.get("branches"):
-        switched = ", ".join(f"the trunk's {b['units']} range(s) {b['method']}" if b.get("trunk") else
-                             f"the {b['units']} range(s) reaching only {', '.join(name(p) for p in b['parts'])} "
-                             f"{b['method']}" for b in refined["branches"])
-        done.append(f"{switched} ({refined['branches_gain_db']:+.2f} dB on every held-out sample)")
     if refined.get("kept"):
         changed = ", ".join(f"{name(c['tensor'])} {c['method']}" for c in refined["changes"])
-        done.append(f"{len(refined['changes'])} tensor range(s) changed ({changed}): "
-                    f"{refined['heldout_sqnr_db']:.2f} dB held out, {refined['gain_db']:+.2f} dB")
-    if done:
-        return f"; then, judged at the outputs, {'; '.join(done)}"
-    tried = [f"{refined['units_tried']} tensor range(s)"] if refined.get("units_tried") else []
-    if refined.get("branches_tried"):
-        tried.append(f"{refined['branches_tried']} branch(es)")
-    return f"; {' and '.join(tried)} tried at the outputs, none changed"
+        return (f"; then, judged at the outputs, {len(refined['changes'])} tensor range(s) changed ({changed}): "
+                f"{refined['heldout_sqnr_db']:.2f} dB held out, {refined['gain_db']:+.2f} dB")
+    return f"; {refined['units_tried']} tensor range(s) tried at the outputs, none changed"
 
 
 def calibration_lines(calibration: dict) -> list[str]:

@@ -16,12 +16,6 @@ classifier, 32 samples judged by the same samples that chose 5 changes "gained" 
 evaluation data). Unconfirmed, the chosen estimator's ranges stand. Each half holds at least two samples:
 the held-out choice needs selection.MIN_SAMPLES (4), which makes four folds of at least one sample each.
 
-A model whose judged outputs (or parts of one, selection.parts) come from branches of one trunk is first
-tried branch by branch (reach.py): the trunk's units, then each branch's, switched together to each other
-estimator (MAX_BRANCH_TRIALS trials at most), judged and kept as a unit's change is. A YOLOv8 detector's
-class branch keeps minmax's peaks for its sigmoid while the trunk keeps mse's clip, which no whole-model
-candidate gives and the unit-by-unit pass, eight units at a time, does not find.
-
 The trials run on a stand-in for the compiled arithmetic: each fold's QDQ model with every calibrated
 scale fed as an input, so a trial needs no new onnxruntime session, only one run per held-out sample (the
 ops then run in float between Q and DQ, within float32 rounding of the int8 arithmetic; biases keep the
@@ -43,22 +37,19 @@ from ..graph import Graph
 from ..numerics import scale_for
 from ..ort_session import run, session
 from .quantize import ScaleUnit, scale_units, segment_scales
-from .reach import reach
 
 MAX_UNITS = 8       # units tried, at most
 MAX_TRIALS = 16     # trials, at most (each: one stand-in run per searched held-out sample)
 MIN_GAIN_DB = 0.1   # a change, and the refinement as a whole, must gain at least this much
 SPREAD = 1.25       # a unit is tried when some estimator's range is this far from the chosen one's
-MAX_BRANCH_TRIALS = 12  # trials of whole branches (and the trunk), at most, before the units' own
 
 
 @dataclass(frozen=True)
 class Refinement:
     """The per-unit changes found ({first calibrated tensor of the unit: estimator}), the units tried, the
     held-out SQNR the compiled arithmetic (the emulated plan) gives them on the confirming folds, its gain
-    there over the chosen estimator's (with the branch changes), whether they were kept, and the stand-in's
-    SQNR on the searched folds (None: nothing to try); the branches changed (kept: their gain on every
-    held-out sample was at least MIN_GAIN_DB), how many were tried, and that gain."""
+    there over the chosen estimator's, whether they were kept, and the stand-in's SQNR on the searched folds
+    (None: nothing to try)."""
 
     changes: dict[str, str] = field(default_factory=dict)
     tried: int = 0
@@ -66,16 +57,11 @@ class Refinement:
     gain_db: float | None = None
     kept: bool = False
     search_db: float | None = None  # on the searched folds (the others confirm)
-    branches: tuple[dict, ...] = ()  # whole branches changed: {"parts", "trunk", "units", "method"}
-    branches_tried: int = 0
-    branches_gain_db: float | None = None  # their gain on every held-out sample (kept or not)
 
     def report(self) -> dict:
         """report.json's `calibration.refined` (CONTRACTS.md)."""
         return {"units_tried": self.tried, "kept": self.kept,
                 "changes": [{"tensor": t, "method": m} for t, m in self.changes.items()],
-                "branches_tried": self.branches_tried, "branches": list(self.branches),
-                "branches_gain_db": self.branches_gain_db,
                 "heldout_sqnr_db": None if self.sqnr_db is None else round(self.sqnr_db, 2),
                 "gain_db": None if self.gain_db is None else round(self.gain_db, 2),
                 "search_sqnr_db": None if self.search_db is None else round(self.search_db, 2)}
@@ -100,133 +86,50 @@ def refine(graph: Graph, handlers, found, heldout, table, chosen: str,
            candidates: tuple[str, ...]) -> tuple[dict[ScaleUnit, str], Refinement]:
     """The per-unit estimator changes to `chosen`'s ranges that the held-out samples confirm (empty when
     none), and the report of the search. `table(ranges, means, name)` builds a QuantTable."""
-    every = list(range(len(heldout.splits)))
-    search, confirm = every[0::2], every[1::2]
+    search = list(range(0, len(heldout.splits), 2))
+    confirm = list(range(1, len(heldout.splits), 2))
     units, segmented = scale_units(graph, handlers)
     others = [m for m in candidates if m != chosen]
     everything = {m: found.ranges(m) for m in candidates}
     tried = _most_disputed(units, everything, chosen, others)
-    groups = branches(graph, handlers, heldout.units, units)
-    if not tried and not groups:
-        return {}, Refinement()
-    folds = every if groups else search
-    stand_ins = {f: _StandIn(graph, table, found, heldout, f, chosen, candidates, segmented) for f in folds}
-    if any(s.sess is None for s in stand_ins.values()):
-        return {}, Refinement(tried=len(tried))
-    ranges_with = lambda changes: lambda fit: apply(found.ranges(chosen, fit), changes,  # noqa: E731
-                                                    lambda m: found.ranges(m, fit))
-    with ThreadPoolExecutor(found.threads) as pool:
-        base, picked, branch_gain, branches_tried = _branch_pass(pool, graph, table, heldout, groups, stand_ins,
-                                                                 everything, chosen, others, ranges_with)
-        changes, current = _unit_pass(pool, heldout, [stand_ins[f] for f in search], search, base, tried,
-                                      _upstream(graph, units, tried), everything, chosen, others)
-    report = tuple({"parts": [part_label(*heldout.units[k]) for k in reached],
-                    "trunk": len(reached) == len(heldout.units), "units": len(group), "method": m}
-                   for reached, group, m in picked)
-    names = {u.calibrated[0]: m for u, m in changes.items() if base.get(u) != m}
-    common = dict(branches=report, branches_tried=branches_tried, branches_gain_db=branch_gain)
-    if current is None or not names:
-        return base, Refinement(tried=len(tried), search_db=current, **common)
-    exact = heldout.exact(graph, table, ranges_with(changes), f"{chosen}+refined", confirm)
-    before = heldout.exact(graph, table, ranges_with(base), f"{chosen}+branches" if base else chosen, confirm)
-    gain = None if exact is None or before is None else exact - before
-    kept = gain is not None and gain >= MIN_GAIN_DB
-    return (changes if kept else base), Refinement(names, len(tried), exact, gain, kept, current, **common)
-
-
-def _branch_pass(pool, graph, table, heldout, groups, stand_ins, everything, chosen, others, ranges_with):
-    """Each branch (the trunk first) switched as one change to each other estimator, scored by the stand-ins
-    on every fold, kept when it gains MIN_GAIN_DB; the changes found are then judged as the whole-model
-    candidates are, by the compiled arithmetic on every held-out sample, and kept when they gain there too.
-    (the changes kept, [(parts, units, estimator)] of the branches changed, that gain, branches tried)."""
-    if not groups:
-        return {}, [], None, 0
-    every = list(stand_ins)
-    changes: dict[ScaleUnit, str] = {}
-    picked, tried, budget = [], 0, MAX_BRANCH_TRIALS
-    current = _score(pool, list(stand_ins.values()), heldout, changes, every)
-    for reached, group in groups:
-        if current == -math.inf:
-            break
-        trials = [t for t in ({**changes, **{u: m for u in group if _distinct(u, everything, m, chosen)}}
-                              for m in others) if len(t) > len(changes)][:budget]
-        budget -= len(trials)
-        tried += bool(trials)
-        scores = [_score(pool, list(stand_ins.values()), heldout, t, every) for t in trials]
-        if scores and max(scores) >= current + MIN_GAIN_DB:
-            best = int(np.argmax(scores))
-            method = next(m for u, m in trials[best].items() if u in group)
-            changes, current = trials[best], scores[best]
-            picked.append((reached, group, method))
-    if not changes:
-        return {}, [], None, tried
-    exact = heldout.exact(graph, table, ranges_with(changes), f"{chosen}+branches")
-    before = heldout.exact(graph, table, ranges_with({}), chosen)
-    gain = None if exact is None or before is None else round(exact - before, 2)
-    if gain is None or gain < MIN_GAIN_DB:
-        return {}, [], gain, tried
-    return changes, picked, gain, tried
-
-
-def _unit_pass(pool, heldout, stand_ins, search, base, tried, upstream, everything, chosen, others):
-    """The greedy pass over the most disputed units, from the branch changes `base`, scored by the stand-ins
-    on the searched folds: (the changes, their stand-in score; None when the stand-ins cannot run)."""
-    changes = dict(base)
     if not tried:
-        return changes, None
-    current = _score(pool, stand_ins, heldout, changes, search)
-    if current == -math.inf:
-        return changes, None
+        return {}, Refinement()
+    stand_ins = [_StandIn(graph, table, found, heldout, f, chosen, candidates, segmented) for f in search]
+    if any(s.sess is None for s in stand_ins):
+        return {}, Refinement(tried=len(tried))
+    upstream = _upstream(graph, units, tried)
+    changes: dict[ScaleUnit, str] = {}
     budget = MAX_TRIALS
-    for unit in tried:
-        trials = []
-        for m in others:
-            if not _distinct(unit, everything, m, changes.get(unit, chosen)):
-                continue
-            trials.append({**changes, unit: m})
-            # and with every unit upstream that is still the chosen one's: a clip further up
-            # (the input of a chain of convolutions) can hide what this unit's range would keep
-            cone = {u: m for u in upstream[unit] if u not in changes and _distinct(u, everything, m, chosen)}
-            if cone:
-                trials.append({**changes, **cone, unit: m})
-        trials = trials[:budget]
-        budget -= len(trials)
-        scores = [_score(pool, stand_ins, heldout, t, search) for t in trials]
-        if scores and max(scores) >= current + MIN_GAIN_DB:
-            best = int(np.argmax(scores))
-            changes, current = trials[best], scores[best]
-    return changes, current
-
-
-def branches(graph: Graph, handlers, parts: list[tuple[str, tuple]],
-             units: list[ScaleUnit]) -> list[tuple[tuple[int, ...], tuple[ScaleUnit, ...]]]:
-    """The scale units grouped by the judged parts they reach ((part indices, units)): the trunk (every
-    part) first, then the branches, largest first; none when every unit reaches the same parts (the
-    whole-model choice has judged that group)."""
-    reached = reach(graph, handlers, parts)
-    grouped: dict[frozenset[int], list[ScaleUnit]] = {}
-    for unit in units:
-        key = frozenset().union(*(reached.get(t, frozenset()) for t in unit.scaled))
-        if key:
-            grouped.setdefault(key, []).append(unit)
-    if len(grouped) < 2:
-        return []
-    everything = frozenset(range(len(parts)))
-    ordered = sorted(grouped.items(), key=lambda kv: (kv[0] != everything, -len(kv[1]), sorted(kv[0])))
-    return [(tuple(sorted(k)), tuple(v)) for k, v in ordered]
-
-
-def part_label(output: str, index: tuple) -> str:
-    """An output part as the report names it: `output0[:, 4:22]`, or the output's name when it is whole."""
-    if index == (...,):
-        return output
-    return f"{output}[{', '.join(_slice_text(s) for s in index)}]"
-
-
-def _slice_text(s) -> str:
-    if not isinstance(s, slice) or s == slice(None):
-        return ":" if isinstance(s, slice) else str(s)
-    return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
+    with ThreadPoolExecutor(found.threads) as pool:
+        current = _score(pool, stand_ins, heldout, changes, search)
+        if current == -math.inf:
+            return {}, Refinement(tried=len(tried))
+        for unit in tried:
+            trials = []
+            for m in others:
+                if not _distinct(unit, everything, m, changes.get(unit, chosen)):
+                    continue
+                trials.append({**changes, unit: m})
+                # and with every unit upstream that is still the chosen one's: a clip further up
+                # (the input of a chain of convolutions) can hide what this unit's range would keep
+                cone = {u: m for u in upstream[unit] if u not in changes and _distinct(u, everything, m, chosen)}
+                if cone:
+                    trials.append({**changes, **cone, unit: m})
+            trials = trials[:budget]
+            budget -= len(trials)
+            scores = [_score(pool, stand_ins, heldout, t, search) for t in trials]
+            if scores and max(scores) >= current + MIN_GAIN_DB:
+                best = int(np.argmax(scores))
+                changes, current = trials[best], scores[best]
+    names = {u.calibrated[0]: m for u, m in changes.items()}
+    if not changes:
+        return {}, Refinement(tried=len(tried))
+    exact = heldout.exact(graph, table, lambda fit: apply(found.ranges(chosen, fit), changes,
+                                                          lambda m: found.ranges(m, fit)), f"{chosen}+refined", confirm)
+    base = heldout.exact(graph, table, lambda fit: found.ranges(chosen, fit), chosen, confirm)
+    gain = None if exact is None or base is None else exact - base
+    kept = gain is not None and gain >= MIN_GAIN_DB
+    return (changes if kept else {}), Refinement(names, len(tried), exact, gain, kept, current)
 
 
 def _most_disputed(units: list[ScaleUnit], everything: dict, chosen: str, others: list[str]) -> list[ScaleUnit]:
