@@ -90,7 +90,7 @@ def test_the_report_names_the_choice_and_every_candidate(tmp_path):
     out = compiled.write(tmp_path / "out")
     report = json.loads((out / "report.json").read_text())
     cal = report["calibration"]
-    assert set(cal) >= {"chosen", "candidates", "heldout_samples", "margin_db", "folds"}
+    assert set(cal) >= {"chosen", "candidates", "heldout_samples", "margin_db", "margin_se_db", "folds"}
     assert [c["name"] for c in cal["candidates"]] == list(selection.CANDIDATES)
     assert cal["heldout_samples"] == 20 and cal["folds"] == 4  # each of the 20 judged once
     best = max(cal["candidates"], key=lambda c: c["heldout_sqnr_db"])
@@ -100,7 +100,8 @@ def test_the_report_names_the_choice_and_every_candidate(tmp_path):
 
     forced = o2g.compile(model, calib={"x": calib}, calib_method="percentile").write(tmp_path / "forced")
     cal = json.loads((forced / "report.json").read_text())["calibration"]
-    assert cal == {"chosen": "percentile", "margin_db": None, "heldout_samples": 0, "folds": 0, "candidates": []}
+    assert cal == {"chosen": "percentile", "margin_db": None, "margin_se_db": None, "heldout_samples": 0,
+                   "folds": 0, "candidates": []}
 
 
 def test_the_final_ranges_are_the_chosen_estimator_on_every_sample():
@@ -527,3 +528,76 @@ def test_the_judged_arithmetic_is_onnxruntimes_golden(model_of):
                                                    "wider")))
             got = [wider.run(heldout.outputs, s) for s in heldout.samples[fold]]
             assert heldout.noise(fold, got) != pytest.approx(emulated, rel=1e-2), (fold, method)
+
+
+def planted_heldout(monkeypatch, noise_of):
+    """The sparse-map model's HeldOut (16 samples, 4 folds) whose candidates' per-sample noise is planted:
+    `noise_of(name, samples, signal)` gives a fold's [sample, unit] noise from its samples' indices and
+    signal."""
+    from onnx2gemmini.compiler import graph_activations, prepare
+    from onnx2gemmini.ops.registry import handlers_for
+    from onnx2gemmini.quant.quantize import build_table
+    model = sparse_map_model()
+    _, graph, _, _ = prepare(model)
+    handlers = handlers_for(graph)
+    data = Dataset({model.graph.input[0].name: sparse_map_data(16, 0)[:, None]}, None, "calib")
+    found = collect(build_float(graph), data, graph_activations(graph), [])
+    table = lambda r, m, name: build_table(graph, handlers, r, name, data.num_samples, m)  # noqa: E731
+    heldout = selection.HeldOut(graph, found, PRESETS["default"])
+    monkeypatch.setattr(heldout, "exact_samples",
+                        lambda g, t, ranges, fold, name: noise_of(name, np.array(heldout.splits[fold][1]),
+                                                                  heldout.sample_signal[fold]))
+    return graph, found, table, heldout
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_the_report_says_when_the_winners_lead_is_within_noise(monkeypatch, noisy):
+    """percentile's held-out noise is 0.9x mse's on every sample (a steady 0.46 dB lead, its standard error
+    far below it), or 0.5x and 1.4x on alternate samples (a lead of the same sign that the samples cannot
+    tell from noise: its standard error is larger). percentile wins either way; the report says which lead
+    is within noise."""
+    rng = np.random.default_rng(0)
+    base = 10 ** rng.uniform(-2.5, -1.5, 64)  # per-sample noise-to-signal ratios, drawn once
+
+    def noise_of(name, samples, signal):
+        ratio = base[samples, None] * signal
+        if name == "mse":
+            return ratio
+        factor = np.where(samples % 2 == 0, 0.5, 1.4)[:, None] if noisy else 0.9
+        return ratio * factor
+
+    graph, found, table, heldout = planted_heldout(monkeypatch, noise_of)
+    choice = selection.choose(graph, found, table, ("mse", "percentile"), heldout)
+    report = choice.report()
+    assert report["chosen"] == "percentile" and report["margin_db"] > 0
+    if not noisy:
+        assert report["margin_db"] == pytest.approx(10 * np.log10(1 / 0.9), abs=0.01)
+    assert (report["margin_se_db"] > report["margin_db"]) == noisy
+    text = calibration_text(report)
+    assert f"over the next best (standard error {report['margin_se_db']:.2f} dB" in text
+    assert ("within noise" in text) == noisy
+
+
+def test_the_lead_and_its_standard_error_are_the_jackknifes(monkeypatch):
+    """HeldOut.lead against the jackknife written out: the score difference over every judged sample, and
+    sqrt((n-1)/n * sum (d_i - mean d)^2) over the differences with sample i left out."""
+    rng = np.random.default_rng(1)
+    _, _, _, heldout = planted_heldout(monkeypatch, lambda name, samples, signal: signal)
+    signal = np.concatenate(heldout.sample_signal)
+    n, units = signal.shape
+    a, b = (signal * 10 ** rng.uniform(-3, -1, (n, units)) for _ in range(2))
+
+    def score(rows):
+        return np.mean([10 * np.log10(signal[rows, u].sum() / noise[rows, u].sum()) for u in range(units)])
+
+    diffs = []
+    for left_out in [None] + list(range(n)):
+        rows = [i for i in range(n) if i != left_out]
+        noise = a
+        sa = score(rows)
+        noise = b
+        diffs.append(sa - score(rows))
+    loo = np.array(diffs[1:])
+    lead, se = heldout.lead(a, b)
+    assert lead == pytest.approx(diffs[0], abs=1e-9)
+    assert se == pytest.approx(np.sqrt((n - 1) / n * np.sum((loo - loo.mean()) ** 2)), rel=1e-9)

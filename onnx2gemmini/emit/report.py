@@ -233,8 +233,10 @@ def calibration_text(calibration: dict, name=str) -> str:
     if not scored:
         return calibration.get("note", "")
     figures = ", ".join(f"{c['name']} {c['heldout_sqnr_db']:.2f} dB" for c in scored)
-    margin = calibration.get("margin_db")
+    margin, error = calibration.get("margin_db"), calibration.get("margin_se_db")
     lead = f", {margin:+.2f} dB over the next best" if margin is not None else ""
+    if margin is not None and error is not None:
+        lead += f" (standard error {error:.2f} dB{': within noise' if abs(margin) <= error else ''})"
     return (f"{calibration['chosen']} chosen by output SQNR on {calibration['heldout_samples']} held-out calibration "
             f"samples ({calibration['folds']} fold(s)){lead}: {figures}{refinement_text(calibration.get('refined'), name)}")
 
