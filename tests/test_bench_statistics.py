@@ -201,3 +201,65 @@ def test_the_heading_escapes_what_the_run_says():
     header = B.readme_header(True, "abc|<b>x</b>", "9.9", 1, "cpu_`x`", None, ["rnet"], "a|b.md")
     assert "abc\\|&lt;b&gt;x&lt;/b&gt;" in header and "cpu\\_\\`x\\`" in header and "a\\|b.md" in header
     assert "<b>" not in header and "abc|" not in header
+
+
+def stand_in_photos(monkeypatch):
+    """scikit-learn's two photos (top half 10 + k, bottom half 20 + k) and the five development photos
+    (100 + k), all flat, so a crop's value says where it came from."""
+    halves = [np.concatenate([np.full((40, 60, 3), 10 + k, np.uint8), np.full((40, 60, 3), 20 + k, np.uint8)])
+              for k in range(2)]
+    monkeypatch.setattr(B, "_PHOTOS", halves)
+    monkeypatch.setattr(B, "_DEV_PHOTOS", [np.full((50, 70, 3), 100 + k, np.uint8)
+                                           for k in range(len(B.DEV_PHOTO_FILES))])
+
+
+def test_the_development_split_crops_photos_no_other_split_uses(monkeypatch):
+    pytest.importorskip("PIL")
+    stand_in_photos(monkeypatch)
+    seen = {split: set() for split in ("calib", "eval", "dev")}
+    for seed in range(60):
+        for split in seen:
+            crop = B.photo_crop(np.random.default_rng(seed), split, 16, 12)
+            seen[split] |= set(np.unique(crop).tolist())
+    assert seen["calib"] == {10, 11} and seen["eval"] == {20, 21}  # the top and bottom halves
+    assert seen["dev"] == {100 + k for k in range(len(B.DEV_PHOTO_FILES))}  # every development photo, only them
+    with pytest.raises(ValueError, match="unknown data split"):
+        B.photo_half("test", 0)
+
+
+def test_the_development_split_leaves_the_other_draws_as_they_were(monkeypatch):
+    """The calibration and evaluation draws pick their photo as before the development split existed (the
+    generator's first integer below 2), so the published tables stay reproducible."""
+    pytest.importorskip("PIL")
+    stand_in_photos(monkeypatch)
+    for seed in range(40):
+        k = int(np.random.default_rng(seed).integers(2))
+        assert np.all(B.photo_crop(np.random.default_rng(seed), "calib", 16, 12) == 10 + k), seed
+        assert np.all(B.photo_crop(np.random.default_rng(seed), "eval", 16, 12) == 20 + k), seed
+
+
+def test_a_development_run_publishes_no_table(tmp_path, monkeypatch):
+    """--dev with --readme is refused before anything runs, and so is a --dev run's JSON."""
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{B.README_BEGIN}\nseed 0's table\n{B.README_END}\n")
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--quick", "--dev", "--readme", str(readme)])
+    with pytest.raises(SystemExit) as exc:
+        B.main()
+    assert exc.value.code == 2
+    n = 10
+    rows = [row(B.DEFAULT_LABEL, "ours", np.full(n, 0.01), [1] * n), row("minmax", "ours", np.full(n, 0.02), [1] * n)]
+    doc = {"settings": {"quick": True, "seed": 0, "dev": True},
+           "environment": {"source": "abc1234", "onnxruntime": "9.9"}, "models": {"rnet": entry(*rows)}}
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "dev.json"),
+                                      "--readme", str(readme)])
+    with pytest.raises(SystemExit) as exc:
+        B.main()
+    assert exc.value.code == 2
+    assert readme.read_text() == f"{B.README_BEGIN}\nseed 0's table\n{B.README_END}\n"
+    evaluation = dict(doc, settings={"quick": True, "seed": 0})  # the same draw on the evaluation split
+    (tmp_path / "eval.json").write_text(json.dumps(evaluation))
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "dev.json"),
+                                      str(tmp_path / "eval.json")])
+    with pytest.raises(SystemExit, match="cannot be joined"):
+        B.main()
