@@ -1677,9 +1677,9 @@ def joined(docs: list[dict]) -> tuple[dict, dict, dict]:
     onnxruntime) in the benchmark's model order, the first run's settings, and its environment with every run's
     commit; an error when the settings differ."""
     first = docs[0]
-    keep = ("quick", "seed", "calib_samples", "dev")
+    keep = {"quick": None, "seed": None, "calib_samples": None, "dev": False}  # a setting and its value when absent
     for doc in docs[1:]:
-        if any(doc["settings"].get(k) != first["settings"].get(k) for k in keep) or \
+        if any(doc["settings"].get(k, v) != first["settings"].get(k, v) for k, v in keep.items()) or \
                 doc["environment"]["onnxruntime"] != first["environment"]["onnxruntime"]:
             raise SystemExit("--from-json: the runs differ in settings or onnxruntime version; they cannot be joined")
     results = {}

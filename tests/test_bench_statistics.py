@@ -263,3 +263,6 @@ def test_a_development_run_publishes_no_table(tmp_path, monkeypatch):
                                       str(tmp_path / "eval.json")])
     with pytest.raises(SystemExit, match="cannot be joined"):
         B.main()
+    newer = dict(doc, settings={"quick": True, "seed": 0, "dev": False})  # a run from before --dev joins a newer one
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    assert B.joined([evaluation, newer])[1] == evaluation["settings"]
