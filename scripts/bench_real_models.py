@@ -1281,8 +1281,7 @@ def bench_model(model: Model, args, tmp: str) -> dict:
         return entry
     if calib is None:
         seed = zlib.crc32(model.key.encode()) % 1_000_000 + 10 * args.seed  # per model, whatever the model list
-        calib_split, eval_split = ("dev", "dev") if args.dev else ("calib", "eval")
-        seed += DEV_SEED if args.dev else 0
+        calib_split, eval_split, seed = ("dev", "dev", seed + DEV_SEED) if args.dev else ("calib", "eval", seed)
         calib, _ = model.data(n_calib, seed, calib_split)
         x_eval, meta = model.data(n_eval, seed + 1, eval_split)
     if args.calib_samples:
