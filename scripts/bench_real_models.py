@@ -101,6 +101,7 @@ import importlib.util
 import json
 import logging
 import multiprocessing
+import re
 import shutil
 import subprocess
 import sys
@@ -165,6 +166,21 @@ def ensure_requirements(install: bool, dev: bool = False) -> None:
     for cmd in commands:
         subprocess.run(cmd, check=True)
     importlib.invalidate_caches()
+
+
+def data_packages(dev: bool = False) -> dict[str, str | None]:
+    """The installed version of every package that makes the data or decodes the outputs (None: not installed).
+    Why: the samples are rendered and resized by them, so a figure that moves between two machines with the same
+    commit and onnxruntime is first looked for here."""
+    names = [re.split(r"[<>=!~]", spec, maxsplit=1)[0] for spec in SUPPORT_PACKAGES.values()]
+    names += [dist for dist, _ in {**MODEL_PACKAGES, **(DEV_PACKAGES if dev else {})}.values()]
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def package_dir(module: str) -> Path:
@@ -1762,6 +1778,7 @@ def main() -> None:
           f"{'quick' if args.quick else 'full'} run, data seed {args.seed}"
           f"{' (development split)' if args.dev else ''}, {args.jobs} worker(s); fonts: "
           f"{', '.join(Path(f).name for f in fonts()) or 'Pillow default'}")
+    print("data packages: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in data_packages(args.dev).items()))
     print(f"CPU: {golden.cpu}; onnxruntime's int8 kernels: {probe_text(golden)} with the golden's session "
           f"settings (every onnxruntime row), {probe_text(default_session)} with its default session")
     t0 = time.perf_counter()
@@ -1803,7 +1820,8 @@ def main() -> None:
                                "ort_golden_probe": golden.to_dict(),
                                "ort_default_session_probe": default_session.to_dict(),
                                "numpy": np.__version__, "python": sys.version.split()[0],
-                               "fonts": [Path(f).name for f in fonts()]},
+                               "fonts": [Path(f).name for f in fonts()],
+                               "data_packages": data_packages(args.dev)},
                "models": results, "seconds": round(total, 1)}
         args.json.write_text(json.dumps(doc, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
         print(f"wrote {args.json}")

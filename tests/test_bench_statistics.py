@@ -266,3 +266,13 @@ def test_a_development_run_publishes_no_table(tmp_path, monkeypatch):
     newer = dict(doc, settings={"quick": True, "seed": 0, "dev": False})  # a run from before --dev joins a newer one
     (tmp_path / "newer.json").write_text(json.dumps(newer))
     assert B.joined([evaluation, newer])[1] == evaluation["settings"]
+
+
+def test_a_run_records_the_versions_of_the_packages_that_make_its_data():
+    """Every support, model (and with --dev, photo) package is named with its installed version, or None."""
+    found = B.data_packages(dev=True)
+    expected = [s.split(">")[0].split("=")[0] for s in B.SUPPORT_PACKAGES.values()]
+    expected += [dist for dist, _ in (*B.MODEL_PACKAGES.values(), *B.DEV_PACKAGES.values())]
+    assert list(found) == expected
+    assert found["Pillow"] is None or found["Pillow"][0].isdigit()
+    assert "scikit-image" not in B.data_packages(dev=False)
