@@ -94,6 +94,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gzip
 import io
 import importlib
 import importlib.metadata
@@ -1687,6 +1688,20 @@ def source_state() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def read_run(path: Path) -> dict:
+    """A --json run, gzip-compressed when its name ends in .gz (how a published table's run is kept in the
+    repository: docs/bench/)."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def write_run(path: Path, doc: dict) -> None:
+    """A --json run; gzip-compressed (mtime 0: the same run gives the same bytes) when the name ends in .gz."""
+    text = json.dumps(doc, indent=None if path.suffix == ".gz" else 1,
+                      default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    path.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
+
+
 def joined(docs: list[dict]) -> tuple[dict, dict, dict]:
     """The models of several --json runs (same settings: quick, seed, calibration samples, data split,
     onnxruntime) in the benchmark's model order, the first run's settings, and its environment with every run's
@@ -1714,7 +1729,7 @@ def main() -> None:
                              "the detectors and text recognizers (the others keep the full run's), no "
                              "weight-scales rows")
     parser.add_argument("--models", default="all", help=f"comma-separated subset of: {','.join(MODELS)}")
-    parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    parser.add_argument("--json", type=Path, help="write every figure to this JSON file (gzip-compressed if its name ends in .gz)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (configurations run in parallel)")
     parser.add_argument("--layer-samples", type=int, default=None,
                         help="evaluation samples run_diff compares layer by layer in the default and minmax rows "
@@ -1745,7 +1760,7 @@ def main() -> None:
     if args.dev and args.readme:
         parser.error("--dev: a development run's table is not published (--readme)")
     if args.from_json:
-        docs = [json.loads(p.read_text()) for p in args.from_json]
+        docs = [read_run(p) for p in args.from_json]
         results, settings, env = joined(docs)
         summary(results)
         if args.readme and settings.get("dev"):
@@ -1823,7 +1838,7 @@ def main() -> None:
                                "fonts": [Path(f).name for f in fonts()],
                                "data_packages": data_packages(args.dev)},
                "models": results, "seconds": round(total, 1)}
-        args.json.write_text(json.dumps(doc, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+        write_run(args.json, doc)
         print(f"wrote {args.json}")
 
 

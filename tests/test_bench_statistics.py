@@ -276,3 +276,19 @@ def test_a_run_records_the_versions_of_the_packages_that_make_its_data():
     assert list(found) == expected
     assert found["Pillow"] is None or found["Pillow"][0].isdigit()
     assert "scikit-image" not in B.data_packages(dev=False)
+
+
+def test_a_compressed_run_reads_back_and_is_the_same_bytes_every_time(tmp_path):
+    """A published table's run is kept gzip-compressed: --from-json reads it as it reads a plain one, and
+    writing the same run twice gives the same file (no timestamp in the header)."""
+    doc = {"settings": {"quick": True, "seed": 1}, "environment": {"source": "abc1234"},
+           "models": {"rnet": entry(row(B.DEFAULT_LABEL, "ours", np.full(4, 0.5), [1, 1, 0, 1]))},
+           "seconds": np.float64(1.5)}
+    packed, plain = tmp_path / "run.json.gz", tmp_path / "run.json"
+    B.write_run(packed, doc)
+    first = packed.read_bytes()
+    B.write_run(packed, doc)
+    B.write_run(plain, doc)
+    assert packed.read_bytes() == first and first[:2] == b"\x1f\x8b"
+    assert B.read_run(packed) == B.read_run(plain) == json.loads(plain.read_text())
+    assert B.read_run(packed)["seconds"] == 1.5
