@@ -551,11 +551,11 @@ def planted_heldout(monkeypatch, noise_of):
 
 
 @pytest.mark.parametrize("noisy", [False, True])
-def test_the_report_says_when_the_winners_lead_is_within_noise(monkeypatch, noisy):
+def test_a_lead_within_noise_keeps_the_preferred_candidate(monkeypatch, noisy):
     """percentile's held-out noise is 0.9x mse's on every sample (a steady 0.46 dB lead, its standard error
-    far below it), or 0.5x and 1.4x on alternate samples (a lead of the same sign that the samples cannot
-    tell from noise: its standard error is larger). percentile wins either way; the report says which lead
-    is within noise."""
+    far below it), or 0.5x and 1.4x on alternate samples (a larger lead of the same sign that the samples
+    cannot tell from noise: its standard error is larger still). The steady lead wins; the noisy one does not
+    (the one-standard-error rule keeps mse, the preferred candidate), and the report says why."""
     rng = np.random.default_rng(0)
     base = 10 ** rng.uniform(-2.5, -1.5, 64)  # per-sample noise-to-signal ratios, drawn once
 
@@ -569,13 +569,40 @@ def test_the_report_says_when_the_winners_lead_is_within_noise(monkeypatch, nois
     graph, found, table, heldout = planted_heldout(monkeypatch, noise_of)
     choice = selection.choose(graph, found, table, ("mse", "percentile"), heldout)
     report = choice.report()
-    assert report["chosen"] == "percentile" and report["margin_db"] > 0
+    lead = choice.scores["percentile"] - choice.scores["mse"]
+    assert lead > 0  # percentile scores better either way
     if not noisy:
+        assert report["chosen"] == "percentile"
         assert report["margin_db"] == pytest.approx(10 * np.log10(1 / 0.9), abs=0.01)
-    assert (report["margin_se_db"] > report["margin_db"]) == noisy
+        assert report["margin_se_db"] < report["margin_db"]
+    else:
+        assert report["chosen"] == "mse" and report["margin_db"] == pytest.approx(-lead, abs=0.01)
+        assert report["margin_se_db"] >= lead
     text = calibration_text(report)
-    assert f"over the next best (standard error {report['margin_se_db']:.2f} dB" in text
-    assert ("within noise" in text) == noisy
+    if noisy:
+        assert (f"kept as the preferred candidate: percentile led by {lead:.2f} dB, within its standard error "
+                f"{report['margin_se_db']:.2f} dB") in text
+    else:
+        assert f"over the next best (standard error {report['margin_se_db']:.2f} dB)" in text
+        assert "within noise" not in text and "kept" not in text
+
+
+def test_the_rule_keeps_only_the_preferred_candidate(monkeypatch):
+    """A noisy lead overrules nothing but the first candidate: with mse unplannable (None), the best scored
+    candidate wins however noisy its lead over the others."""
+    rng = np.random.default_rng(0)
+    base = 10 ** rng.uniform(-2.5, -1.5, 64)
+
+    def noise_of(name, samples, signal):
+        if name == "mse":
+            return None
+        factor = np.where(samples % 2 == 0, 0.5, 1.4)[:, None] if name == "percentile" else 1.0
+        return base[samples, None] * signal * factor
+
+    graph, found, table, heldout = planted_heldout(monkeypatch, noise_of)
+    choice = selection.choose(graph, found, table, ("mse", "minmax", "percentile"), heldout)
+    assert choice.scores["mse"] is None and choice.chosen == "percentile"
+    assert choice.margin_se_db > choice.margin_db > 0
 
 
 def test_the_margins_standard_error_is_the_jackknifes(monkeypatch):

@@ -235,7 +235,11 @@ def calibration_text(calibration: dict, name=str) -> str:
     figures = ", ".join(f"{c['name']} {c['heldout_sqnr_db']:.2f} dB" for c in scored)
     margin, error = calibration.get("margin_db"), calibration.get("margin_se_db")
     lead = f", {margin:+.2f} dB over the next best" if margin is not None else ""
-    if margin is not None and error is not None:
+    if margin is not None and error is not None and margin < 0:  # the first candidate kept: a lead within noise
+        best = max((c for c in scored if c["name"] != calibration["chosen"]), key=lambda c: c["heldout_sqnr_db"])
+        lead = (f", kept as the preferred candidate: {best['name']} led by {-margin:.2f} dB, within its standard "
+                f"error {error:.2f} dB")
+    elif margin is not None and error is not None:
         lead += f" (standard error {error:.2f} dB{': within noise' if abs(margin) <= error else ''})"
     return (f"{calibration['chosen']} chosen by output SQNR on {calibration['heldout_samples']} held-out calibration "
             f"samples ({calibration['folds']} fold(s)){lead}: {figures}{refinement_text(calibration.get('refined'), name)}")
