@@ -22,7 +22,7 @@ from .compiler import Compiled, check_count
 from .data import Dataset
 from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
-from .golden import build_float, build_qdq, input_tensor_name
+from .golden import build_float, build_qdq, input_tensor_name, softmax_call
 from .metrics import blocks, cosine, sqnr_db, top1_agreement
 from . import kernels, normalizer
 from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_explained, resadd_mismatch_rate,
@@ -34,12 +34,13 @@ from .segments import HANDOVER, Pieces, Taker, activation_bytes, fits
 from .tolerance import EXACT, Tolerance
 
 
-def step_tolerance(step, plan) -> Tolerance:
+def step_tolerance(step, plan, bert_scale: float | None = None) -> Tolerance:
     """How far Gemmini's semantics may take this step from onnxruntime's QDQ semantics: the residual add
     saturates each scaled input to int8 before adding, the global average rounds sum/count half to even,
     a CPU kernel states its own (cpu/), a full_C matmul's int32 accumulators come back through onnxruntime's
-    float32 output (exact below 2^22), the normalizer's softmax approximates exp (normalizer.softmax_lsb);
-    matmuls and convs are bit-exact."""
+    float32 output (exact below 2^22), the normalizer's softmax approximates exp (normalizer.softmax_lsb, at
+    `bert_scale`: the golden's, from the quantization table, so that a wrong constant in the plan cannot widen
+    its own tolerance; the step's own when not given); matmuls and convs are bit-exact."""
     if isinstance(step, Resadd):
         return Tolerance(resadd_tolerance(step.C_scale), resadd_mismatch_rate(step.A_scale, step.B_scale, step.C_scale),
                          "resadd rounds the smaller-scale input to int8 first")
@@ -52,10 +53,9 @@ def step_tolerance(step, plan) -> Tolerance:
         return EXACT if lsb == 0 else Tolerance(lsb, 1.0, f"int32 accumulators up to {bound}: onnxruntime's "
                                                           "float32 output rounds them")
     if isinstance(step, Matmul) and step.act == normalizer.SOFTMAX:
-        biased = step.D is not None
-        return Tolerance(normalizer.softmax_lsb(step.bert_scale, biased),
-                         normalizer.softmax_mismatch_rate(step.bert_scale, step.J, biased),
-                         f"Gemmini's normalizer: I-BERT's integer exp, within {normalizer.exp_error(step.bert_scale):.2%} "
+        biased, bert = step.D is not None, step.bert_scale if bert_scale is None else bert_scale
+        return Tolerance(normalizer.softmax_lsb(bert, biased), normalizer.softmax_mismatch_rate(bert, step.J, biased),
+                         f"Gemmini's normalizer: I-BERT's integer exp, within {normalizer.exp_error(bert):.2%} "
                          "of exp, against onnxruntime's float softmax")
     if isinstance(step, Matmul) and step.mean_of:
         return Tolerance(1, min(1.0, 2.0 / step.mean_of), "global average: int32 sum times a multiplier, against "
@@ -121,9 +121,10 @@ def _layers(compiled: Compiled) -> list[_Layer]:
         inputs = list(dict.fromkeys(i for i in node.inputs if i and i not in graph.initializers))  # once each
         if node.fused.input_mask:  # a Softmax masked by an integer model input reads it too
             inputs.append(node.fused.input_mask[0])
+        call = softmax_call(graph, compiled.quant, node) if node.fused.softmax is not None else None
         tolerance = EXACT
         for s in steps:
-            tolerance = tolerance.combine(step_tolerance(s, plan))
+            tolerance = tolerance.combine(step_tolerance(s, plan, None if call is None else call[0]))
         unfused = any(isinstance(s, CpuOp) and s.params.golden_unfused for s in steps)
         resadd = steps[0] if len(steps) == 1 and isinstance(steps[0], Resadd) and len(inputs) == 2 and all(
             plan.tensors[t].onnx_name in holders for t in (steps[0].A, steps[0].B)) else None

@@ -130,11 +130,9 @@ class _Builder:
     def softmax_operands(self, node: Node) -> list[str]:
         """A fused softmax's scores read their operands as Gemmini's mvin scaler hands them over: requantized at
         scale / factor where normalizer.softmax_call coarsens them."""
-        ins, shapes = node.inputs, self.graph.shapes
+        ins = node.inputs
         s_a, s_b = (self.quant.scales[i] for i in ins)
-        bias = self.graph.const(node.fused.softmax_bias) if node.fused.softmax_bias else None
-        call = normalizer.softmax_call(s_a * s_b * node.fused.softmax, shapes[node.outputs[0]][-1], shapes[ins[0]][-1],
-                                       bias)
+        call = softmax_call(self.graph, self.quant, node)
         if call is None or call[1] == 1.0:
             return list(ins)
         operands = []
@@ -375,6 +373,15 @@ class _Builder:
             attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, np.ndarray)}
             self.node(op, [self.operand(i) for i in ins], [f"{out}__preq"], name=node.name, **attrs)
             self.qdq(f"{out}__preq", out)
+
+
+def softmax_call(graph: Graph, quant: QuantTable, node: Node) -> tuple[float, float] | None:
+    """normalizer.softmax_call for a MatMul with a fused softmax, from the quantization table: the bert scale
+    and mvin factor the golden models and `diff` judges the normalizer at (not the plan's, which it checks)."""
+    ins, shapes = node.inputs, graph.shapes
+    bias = graph.const(node.fused.softmax_bias) if node.fused.softmax_bias else None
+    return normalizer.softmax_call(quant.scales[ins[0]] * quant.scales[ins[1]] * node.fused.softmax,
+                                   shapes[node.outputs[0]][-1], shapes[ins[0]][-1], bias)
 
 
 def build_float(graph: Graph, name: str = "model") -> onnx.ModelProto:
