@@ -1710,8 +1710,8 @@ def main() -> None:
                              "the detectors and text recognizers (the others keep the full run's), no "
                              "weight-scales rows")
     parser.add_argument("--models", default="all", help=f"comma-separated subset of: {','.join(MODELS)}")
-    parser.add_argument("--json", type=Path, help="write every figure to this JSON file (gzip-compressed if its name ends in "
-                             ".gz)")
+    parser.add_argument("--json", type=Path, help="write every figure (with --from-json: the joined run) to this JSON "
+                        "file (gzip-compressed if its name ends in .gz)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (configurations run in parallel)")
     parser.add_argument("--layer-samples", type=int, default=None,
                         help="evaluation samples run_diff compares layer by layer in the default and minmax rows "
@@ -1752,6 +1752,9 @@ def main() -> None:
                 settings["quick"], env["source"], env["onnxruntime"], settings["seed"], env.get("cpu"),
                 settings.get("calib_samples"), list(results), shown(args.readme))),
                 settings["seed"], settings.get("calib_samples"))
+        if args.json:  # the joined run, kept in place of its parts
+            write_run(args.json, {"settings": settings, "environment": env, "models": results})
+            print(f"wrote {args.json}")
         return
     if args.det_size % 32 or args.det_size < 64:
         parser.error("--det-size: a multiple of 32, at least 64")

@@ -132,6 +132,12 @@ def test_from_json_joins_runs_of_the_same_settings(tmp_path, monkeypatch):
     assert "onnx2gemmini abc1234 + def5678" in text
     assert any(ln.startswith("| rnet ") for ln in text.splitlines())
     assert any(ln.startswith("| onet ") for ln in text.splitlines())
+    monkeypatch.setattr(sys, "argv", ["bench_real_models.py", "--from-json", str(tmp_path / "a.json"),
+                                      str(tmp_path / "b.json"), "--json", str(tmp_path / "joined.json.gz")])
+    B.main()  # the joined run kept as one file: read back, it is the two runs' models and both commits
+    kept = B.read_run(tmp_path / "joined.json.gz")
+    assert list(kept["models"]) == ["rnet", "onet"] and kept["environment"]["source"] == "abc1234 + def5678"
+    assert kept["settings"] == settings
 
     other = dict(second, settings={"quick": True, "seed": 4})  # another data draw: not joined
     (tmp_path / "c.json").write_text(json.dumps(other))
