@@ -39,8 +39,8 @@ def step_tolerance(step, plan, bert_scale: float | None = None) -> Tolerance:
     saturates each scaled input to int8 before adding, the global average rounds sum/count half to even,
     a CPU kernel states its own (cpu/), a full_C matmul's int32 accumulators come back through onnxruntime's
     float32 output (exact below 2^22), the normalizer's softmax approximates exp (normalizer.softmax_lsb, at
-    `bert_scale`: the golden's, from the quantization table, so that a wrong constant in the plan cannot widen
-    its own tolerance; the step's own when not given); matmuls and convs are bit-exact."""
+    `bert_scale`: the golden's, from the quantization table, never the step's own, so that a wrong constant in
+    the plan cannot widen its own tolerance); matmuls and convs are bit-exact."""
     if isinstance(step, Resadd):
         return Tolerance(resadd_tolerance(step.C_scale), resadd_mismatch_rate(step.A_scale, step.B_scale, step.C_scale),
                          "resadd rounds the smaller-scale input to int8 first")
@@ -53,9 +53,12 @@ def step_tolerance(step, plan, bert_scale: float | None = None) -> Tolerance:
         return EXACT if lsb == 0 else Tolerance(lsb, 1.0, f"int32 accumulators up to {bound}: onnxruntime's "
                                                           "float32 output rounds them")
     if isinstance(step, Matmul) and step.act == normalizer.SOFTMAX:
-        biased, bert = step.D is not None, step.bert_scale if bert_scale is None else bert_scale
-        return Tolerance(normalizer.softmax_lsb(bert, biased), normalizer.softmax_mismatch_rate(bert, step.J, biased),
-                         f"Gemmini's normalizer: I-BERT's integer exp, within {normalizer.exp_error(bert):.2%} "
+        if bert_scale is None:
+            raise ValueError(f"step {step.node}: a softmax read-out is judged at the golden's bert scale; none given")
+        biased = step.D is not None
+        return Tolerance(normalizer.softmax_lsb(bert_scale, biased),
+                         normalizer.softmax_mismatch_rate(bert_scale, step.J, biased),
+                         f"Gemmini's normalizer: I-BERT's integer exp, within {normalizer.exp_error(bert_scale):.2%} "
                          "of exp, against onnxruntime's float softmax")
     if isinstance(step, Matmul) and step.mean_of:
         return Tolerance(1, min(1.0, 2.0 / step.mean_of), "global average: int32 sum times a multiplier, against "

@@ -926,7 +926,7 @@ def fp32_figure(key: str, ref: list[dict], meta: list) -> str:
 class Model:
     key: str
     title: str
-    module: str                 # the package's import name ("" for the digits nets)
+    module: str                 # the package's import name ("" for the digits nets: models/bench/<key>.onnx)
     file: str                   # path inside the package
     input: str
     shape: tuple
@@ -935,10 +935,9 @@ class Model:
     primary: str                # the output whose SQNR is the table's
     samples: dict = field(default_factory=dict)  # {"full": (calib, eval), "quick": (calib, eval)}
     about: str = ""
-    onnx_path: str = ""         # set for models made here
 
     def path(self) -> Path:
-        return Path(self.onnx_path) if self.onnx_path else package_dir(self.module) / self.file
+        return package_dir(self.module) / self.file if self.module else DIGITS / f"{self.key}.onnx"
 
     def source(self) -> dict:
         if not self.module:
@@ -1151,8 +1150,6 @@ def _init_worker(state: dict) -> None:
     warnings.filterwarnings("ignore")
     _W.update(state)
     set_det_size(state["det_size"])
-    if state.get("onnx_path"):
-        MODELS[state["key"]].onnx_path = state["onnx_path"]
 
 
 def output_figures(ref: list[dict], got: list[dict]) -> dict:
@@ -1244,9 +1241,8 @@ def refusal(model: Model) -> str | None:
 
 
 def digits_model(model: Model, quick: bool) -> tuple[np.ndarray, np.ndarray, list]:
-    """bench_quantization.py's net and data, as scripts/export_bench_digits.py wrote them to models/bench/ (trained
-    once: torch's training is not the same on every CPU); its calibration and test data."""
-    model.onnx_path = str(DIGITS / f"{model.key}.onnx")
+    """The calibration and test data of bench_quantization.py's digits nets, as scripts/export_bench_digits.py
+    wrote them to models/bench/ beside the nets (trained once: torch's training is not the same on every CPU)."""
     with np.load(DIGITS / "digits32.npz") as data:
         calib, x_test, y_test = data["calib"], data["x_test"], data["y_test"]
     n_eval = model.samples["quick" if quick else "full"][1]
@@ -1267,7 +1263,7 @@ def bench_model(model: Model, args, tmp: str) -> dict:
     t0 = time.perf_counter()
     n_calib, n_eval = model.samples["quick" if args.quick else "full"]
     if args.dev and model.key.startswith("digits"):
-        entry.update(status="skipped", error="no development split: its data are bench_quantization.py's")
+        entry.update(status="skipped", error="no development split: its data are the shipped models/bench/digits32.npz")
         return entry
     calib = None
     if model.key.startswith("digits"):
@@ -1288,7 +1284,7 @@ def bench_model(model: Model, args, tmp: str) -> dict:
     entry.update(status="ok", calib_samples=len(calib), eval_samples=len(x_eval),
                  fp32=fp32_figure(model.key, fp32, meta),
                  data_seconds=round(time.perf_counter() - t0, 1))
-    state = {"key": model.key, "onnx_path": model.onnx_path, "calib": calib, "eval": x_eval, "meta": meta, "fp32": fp32,
+    state = {"key": model.key, "calib": calib, "eval": x_eval, "meta": meta, "fp32": fp32,
              "tmp": tmp, "layer_samples": min(layer_samples(model, args), len(x_eval)), "det_size": args.det_size}
     entry["layer_samples"] = state["layer_samples"]
     rows = configurations(args.quick)
