@@ -244,6 +244,26 @@ def test_the_development_split_leaves_the_other_draws_as_they_were(monkeypatch):
         assert np.all(B.photo_crop(np.random.default_rng(seed), "eval", 16, 12) == 20 + k), seed
 
 
+def test_the_digits_development_split_never_shows_the_tables_evaluation_images():
+    """The digits nets' development draws come from their 256 calibration images alone: two disjoint halves,
+    another shuffle per seed, unlabelled; the tables' evaluation images never appear in them."""
+    model = B.MODELS["digits_v3"]
+    with np.load(B.DIGITS / "digits32.npz") as data:
+        calib, x_test = data["calib"].astype(np.float32), data["x_test"].astype(np.float32)
+    keys = lambda x: {a.tobytes() for a in x}  # noqa: E731
+    draws = [B.digits_model(model, True, seed + B.DEV_SEED) for seed in (0, 1)]
+    for fit, judge, labels in draws:
+        assert len(fit) + len(judge) == len(calib) and not keys(fit) & keys(judge)
+        assert keys(fit) | keys(judge) == keys(calib) and not (keys(fit) | keys(judge)) & keys(x_test)
+        assert labels == [None] * len(judge)
+    same = [{"logits": np.eye(10)[:1]}] * 2
+    assert "int8_accuracy" not in B.task_digits(same, same, [None, None])  # agreement only: no labels
+    assert B.task_digits(same, same, [0, 1])["int8_accuracy"] == 0.5
+    assert keys(draws[0][0]) != keys(draws[1][0])
+    table_calib, table_eval, table_labels = B.digits_model(model, True)
+    assert np.array_equal(table_calib, calib) and None not in table_labels
+
+
 def test_a_development_run_publishes_no_table(tmp_path, monkeypatch):
     """--dev with --readme is refused before anything runs, and so is a --dev run's JSON."""
     readme = tmp_path / "README.md"
