@@ -119,10 +119,27 @@ def test_too_few_samples_are_not_split(n):
     """Below MIN_SAMPLES the default estimator is used, and the report says why."""
     model = sparse_map_model()
     compiled = o2g.compile(model, calib={"x": sparse_map_data(n, 0)})
-    assert compiled.calibration["chosen"] == selection.CANDIDATES[0]
+    assert compiled.calibration["chosen"] == selection.default_candidates(n)[0] == "minmax"
     assert compiled.calibration["heldout_samples"] == 0 and compiled.calibration["candidates"] == []
     assert f"{n} calibration sample(s): too few" in calibration_text(compiled.calibration)
     assert o2g.compile(model, calib={"x": sparse_map_data(selection.MIN_SAMPLES, 0)}).calibration["candidates"]
+
+
+@pytest.mark.parametrize("n", [8, selection.FEW_SAMPLES - 1, selection.FEW_SAMPLES])
+def test_below_few_samples_the_widest_ranges_are_preferred(monkeypatch, n):
+    """Every candidate reproduces the held-out outputs exactly (a tie), so the preferred candidate is kept:
+    minmax below FEW_SAMPLES calibration samples, mse from there on. Negative control: with the threshold at
+    zero, 8 samples keep mse."""
+    model = make_model([o2g_node("Relu", ["x"], ["y"], "relu")], {"x": [1, 8]}, {"y": [1, 8]})
+    grid = np.random.default_rng(0).integers(-127, 128, (n, 1, 8)).astype(np.float32)
+    grid[:, 0, 0] = 127.0  # every fold fits the full range: a scale of exactly 1, whatever the estimator
+    calibration = o2g.compile(model, calib={"x": grid}).calibration
+    assert {c["heldout_sqnr_db"] for c in calibration["candidates"]} == {selection.EXACT_DB}
+    assert calibration["chosen"] == ("minmax" if n < selection.FEW_SAMPLES else "mse")
+    assert calibration["candidates"][0]["name"] == calibration["chosen"]
+    if n == 8:
+        monkeypatch.setattr(selection, "FEW_SAMPLES", 0)
+        assert o2g.compile(model, calib={"x": grid}).calibration["chosen"] == "mse"
 
 
 @settings(max_examples=60, deadline=None)
@@ -369,10 +386,12 @@ def test_the_report_says_what_the_refinement_changed(tmp_path):
     model, calib = two_branch_model(), two_branch_data(16, 0)
     out = o2g.compile(model, calib=calib).write(tmp_path / "out")
     refined = json.loads((out / "report.json").read_text())["calibration"]["refined"]
-    assert set(refined) == {"units_tried", "kept", "changes", "heldout_sqnr_db", "gain_db", "search_sqnr_db"}
+    assert set(refined) == {"units_tried", "kept", "changes", "heldout_sqnr_db", "gain_db", "gain_se_db",
+                            "search_sqnr_db"}
     assert refined["kept"] and {c["tensor"] for c in refined["changes"]} & {"x", "f", "z", "t"}
     text = (out / "report.md").read_text()
     assert f"{len(refined['changes'])} tensor range(s) changed" in text
+    assert f"{refined['gain_db']:+.2f} dB (standard error {refined['gain_se_db']:.2f} dB)" in text
 
 
 def test_the_refinement_searches_and_confirms_on_two_samples_each_from_min_samples():
@@ -397,6 +416,43 @@ def test_a_refinement_the_golden_does_not_confirm_is_dropped(monkeypatch):
     assert not default.calibration["refined"]["kept"]
     forced = o2g.compile(model, calib=calib, calib_method=default.calibration["chosen"])
     assert default.quant.scales == forced.quant.scales
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_with_few_samples_a_refinement_must_beat_its_standard_error(monkeypatch, noisy):
+    """The confirming samples' noise under the found changes is 0.9x the chosen ranges' on every sample (a
+    steady 0.46 dB gain) or 0.4x and 1.3x on alternating samples (a gain the samples cannot tell from
+    noise: its standard error exceeds it). The steady gain is kept whatever the sample count; the noisy one is
+    dropped with few samples (below selection.FEW_SAMPLES) and kept, past the 0.1 dB bar alone, with more."""
+    from onnx2gemmini.compiler import graph_activations, prepare
+    from onnx2gemmini.ops.registry import handlers_for
+    from onnx2gemmini.quant import refine
+    from onnx2gemmini.quant.quantize import build_table
+    model, calib = two_branch_model(), two_branch_data(16, 0)
+    _, graph, _, _ = prepare(model)
+    handlers = handlers_for(graph)
+    data = Dataset({k: v[:, None] for k, v in calib.items()}, None, "calib")
+    found = collect(build_float(graph), data, graph_activations(graph), [])
+    table = lambda r, m, name: build_table(graph, handlers, r, name, data.num_samples, m)  # noqa: E731
+    heldout = selection.HeldOut(graph, found, PRESETS["default"])
+    base = 10 ** np.random.default_rng(0).uniform(-2.5, -1.5, 16)  # per-sample noise-to-signal ratios
+
+    def planted(g, t, ranges, fold, name):
+        samples = np.array(heldout.splits[fold][1])
+        noise = base[samples, None] * heldout.sample_signal[fold]
+        if not name.endswith("+refined"):
+            return noise
+        return noise * (np.where(samples // 4 % 2 == 0, 0.4, 1.3)[:, None] if noisy else 0.9)
+
+    monkeypatch.setattr(heldout, "exact_samples", planted)
+    for few in (True, False):
+        changes, found_ = refine.refine(graph, handlers, found, heldout, table, "mse", selection.CANDIDATES, few)
+        assert found_.changes and found_.gain_db >= refine.MIN_GAIN_DB
+        if noisy:
+            assert found_.gain_se_db > found_.gain_db
+        else:
+            assert found_.gain_db == pytest.approx(10 * np.log10(1 / 0.9)) and found_.gain_se_db < found_.gain_db
+        assert found_.kept == bool(changes) == (not (noisy and few)), (few, found_)
 
 
 def test_nothing_is_refined_when_the_chosen_candidate_is_exact(monkeypatch):
@@ -487,8 +543,8 @@ def test_the_stand_in_computes_what_the_golden_computes():
         figures = []
         for changes in ({}, {u: "minmax" for u in units}, {units[0]: "mse", units[-1]: "entropy"}):
             ranges = refine.apply(found.ranges("percentile", fit), changes, lambda m: found.ranges(m, fit))
-            exact = heldout.exact_fold(graph, table, ranges, fold, repr(sorted((u.calibrated, m) for u, m in
-                                                                               changes.items())))
+            exact = heldout.exact_samples(graph, table, ranges, fold, repr(sorted((u.calibrated, m) for u, m in
+                                                                                  changes.items()))).sum(axis=0)
             got = stand_in.noise(changes)
             assert abs(heldout.score(got, [fold]) - heldout.score(exact, [fold])) < 0.3, (fold, changes)
             figures.append(heldout.score(got, [fold]))
@@ -520,7 +576,7 @@ def test_the_judged_arithmetic_is_onnxruntimes_golden(model_of):
     for fold, (fit, _) in enumerate(heldout.splits):
         for method in selection.CANDIDATES:
             ranges = found.ranges(method, fit)
-            emulated = heldout.exact_fold(graph, table, ranges, fold, method)
+            emulated = [float(v) for v in heldout.exact_samples(graph, table, ranges, fold, method).sum(axis=0)]
             golden = session(build_qdq(graph, table(ranges, found.means(fit), method)))
             got = [golden.run(heldout.outputs, s) for s in heldout.samples[fold]]
             assert heldout.noise(fold, got) == emulated, (fold, method)

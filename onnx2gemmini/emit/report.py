@@ -251,8 +251,10 @@ def refinement_text(refined: dict | None, name=str) -> str:
         return ""
     if refined.get("kept"):
         changed = ", ".join(f"{name(c['tensor'])} {c['method']}" for c in refined["changes"])
+        error = refined.get("gain_se_db")
         return (f"; then, judged at the outputs, {len(refined['changes'])} tensor range(s) changed ({changed}): "
-                f"{refined['heldout_sqnr_db']:.2f} dB held out, {refined['gain_db']:+.2f} dB")
+                f"{refined['heldout_sqnr_db']:.2f} dB held out, {refined['gain_db']:+.2f} dB"
+                + (f" (standard error {error:.2f} dB)" if error is not None else ""))
     return f"; {refined['units_tried']} tensor range(s) tried at the outputs, none changed"
 
 
