@@ -30,7 +30,8 @@ draws of 12 benchmark models it changed 21 choices, 10 for the better and 10 for
 small held-out lead was real); those draws share photos with the calibration split, which made them too
 optimistic before, so the development split decided. The published tables, measured again with it
 (docs/real_models.md): it changed 13 of their 59 cells, 8 for the better in output SQNR and 5 for the worse,
-among them two new misses (the digits nets with 8 calibration samples, where minmax's lead was real).
+among them two new misses (the digits nets with 8 calibration samples, where minmax's lead was real), which
+the few-samples rule below removed.
 
 Below FEW_SAMPLES calibration samples the preferred candidate is minmax, not mse (and the refinement's gain
 must beat its standard error too, refine.py). Every range fitted on a few samples is fitted on a small sample
@@ -214,15 +215,9 @@ class HeldOut:
         signal = [sum(self.fold_signal[f][u] for f in folds) for u in range(len(self.units))]
         return float(np.mean(_db(np.array(signal), np.array(noise))))
 
-    def exact(self, graph: Graph, table, ranges_of, name: str, folds: list[int] | None = None) -> float | None:
-        """The held-out SQNR over `folds` (default: every fold) of the compiled arithmetic when each fold's
-        ranges are `ranges_of(fit)`; None when the model cannot be planned with them."""
-        folds = list(range(len(self.splits))) if folds is None else folds
-        noise = self.exact_noise(graph, table, ranges_of, name, folds)
-        return None if noise is None else self.score(list(noise.sum(axis=0)), folds)
-
     def exact_noise(self, graph: Graph, table, ranges_of, name: str, folds: list[int]) -> np.ndarray | None:
-        """`exact`'s noise per held-out sample of `folds` (in fold order) and unit: [sample, unit]."""
+        """The compiled arithmetic's noise per held-out sample of `folds` (in fold order) and unit ([sample,
+        unit]) when each fold's ranges are `ranges_of(fit)`; None when the model cannot be planned with them."""
         noise = []
         for f in folds:
             power = self.exact_samples(graph, table, ranges_of(self.splits[f][0]), f, name)
