@@ -40,8 +40,9 @@ def _common(f):
         click.option("--calib-method", type=click.Choice(list(METHODS)), default=AUTO,
                      show_default=True, help="Range estimator. auto: of mse, minmax, entropy and percentile, the one "
                      "whose whole-model int8 output is closest to float on calibration samples it was not fitted on "
-                     f"(a lead within its standard error keeps the preferred one: mse, or minmax below "
-                     f"{FEW_SAMPLES} samples; the report says which and by how much). mse: the clip of least int8 error, but where a "
+                     "(a lead within its standard error keeps the preferred one: mse, or minmax below "
+                     f"{FEW_SAMPLES} samples; the report says which and by how much). mse: the clip of least int8 "
+                     "error, but where a "
                      f"max-pool reads, not below the level {POOLED_SHARE:.0%} of the samples reach; entropy: "
                      "KL divergence, as onnxruntime's; output: of mse, percentile and minmax, the one that disturbs "
                      "each tensor's consumers least."),

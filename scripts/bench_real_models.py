@@ -1249,7 +1249,9 @@ def digits_model(model: Model, quick: bool, dev_seed: int | None = None) -> tupl
 
     `dev_seed`: the development split instead, drawn from the 256 calibration images alone (the evaluation
     images are the tables'): shuffled by the seed, the first half calibrates and the second half evaluates
-    (no labels are stored for them: the task figure is top-1 agreement with the float net's own answer)."""
+    (no labels are stored for them: the task figure is top-1 agreement with the float net's own answer). The
+    calibration images are jittered copies of digits the nets were trained on (another jitter): unseen by the
+    tables, not by the nets."""
     with np.load(DIGITS / "digits32.npz") as data:
         calib, x_test, y_test = data["calib"], data["x_test"], data["y_test"]
     if dev_seed is not None:

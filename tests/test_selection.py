@@ -446,7 +446,8 @@ def test_with_few_samples_a_refinement_must_beat_its_standard_error(monkeypatch,
 
     monkeypatch.setattr(heldout, "exact_samples", planted)
     for few in (True, False):
-        changes, found_ = refine.refine(graph, handlers, found, heldout, table, "mse", selection.CANDIDATES, few)
+        changes, found_ = refine.refine(graph, handlers, found, heldout, table, "mse", selection.CANDIDATES,
+                                        few_samples=few)
         assert found_.changes and found_.gain_db >= refine.MIN_GAIN_DB
         if noisy:
             assert found_.gain_se_db > found_.gain_db
