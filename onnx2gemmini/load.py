@@ -469,6 +469,19 @@ def _import_onnxsim():
     return onnxsim
 
 
+def _drop_dynamic_declarations(model: onnx.ModelProto) -> None:
+    """With the inputs fixed, a value_info or output shape naming a dynamic dimension is stale (an extracted
+    sub-model keeps its parent's): onnxsim would take the model as dynamic from it, give the inputs their
+    dynamic dimensions back and fold no shape computation. Dropped here; inference declares them again."""
+    for vi in list(model.graph.value_info):
+        if any(d.dim_param for d in vi.type.tensor_type.shape.dim):
+            model.graph.value_info.remove(vi)
+    for vi in model.graph.output:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param:
+                d.Clear()  # unknown
+
+
 def _simplify(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         onnxsim = _import_onnxsim()
@@ -541,6 +554,7 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
         folded = fold_shapes.fold(model)
         if folded:
             log.info("%d shape computations folded to the constants onnxruntime computes", folded)
+        _drop_dynamic_declarations(model)
         model = _simplify(model)
         _lift_constants(model)
     model = _infer_shapes(model, path)

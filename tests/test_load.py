@@ -48,3 +48,29 @@ def test_a_wrongly_declared_output_shape_is_ignored_with_a_warning(tmp_path, cap
         compiled = o2g.compile(path)
     assert compiled.run({"x": np.ones((1, 8), np.float32)})["z"].shape == (1, 4)
     assert any("declares shape" in r.getMessage() for r in caplog.records)
+
+
+def test_a_sub_model_with_stale_dynamic_declarations_compiles_at_the_given_shape(tmp_path):
+    """onnx.utils.extract_model keeps the parent's dynamic value_info and output shapes; from them onnxsim took
+    the model as dynamic again, gave the inputs their dynamic dimensions back and folded no Shape op, so a
+    sub-model cut from a dynamic export could not compile even with --input-shape."""
+    import numpy as np
+    import onnx
+    import onnx.utils
+    from onnx import TensorProto, helper
+
+    import onnx2gemmini as o2g
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32).tolist())],
+        value_info=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])])
+    parent = tmp_path / "parent.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), parent)
+    part = tmp_path / "part.onnx"
+    onnx.utils.extract_model(str(parent), str(part), ["x"], ["z"])
+    compiled = o2g.compile(part, input_shape=["x=1x5x8"])
+    assert compiled.run({"x": np.ones((1, 5, 8), np.float32)})["z"].shape == (1, 5, 4)
