@@ -24,7 +24,8 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
          weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, workers: int | None = 1,
          ray: str | None = None, progress=None, atol=None, rtol=None, load_outputs=None,
          save_outputs=None, sensitivity: bool = False, keep_float=None, adaround: bool = False,
-         batch_size: int | None = None) -> DiffResult:
+         batch_size: int | None = None, min_sqnr=None, min_cosine=None, min_top1=None,
+         reference: bool = False) -> DiffResult:
     """Compile `model` and compare it with onnxruntime over `data` (CONTRACTS.md `diff --json`).
 
     `model` is what `compile` takes, or an already `Compiled` model (then the compile options are not
@@ -43,11 +44,18 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
     they cost, most costly first, under "sensitivity" (sensitivity.py).
     `keep_float`: as in `compile`, layers run in float on the CPU (pass the costliest of a sensitivity run).
     `adaround`: as in `compile`, weights rounded by their layer's output error.
+    Fidelity to the user's original model (fidelity.py; `fidelity` in the result): each output is judged by
+    its kind's figure against a floor; `min_sqnr`, `min_cosine`, `min_top1` change the floors (a number for
+    every output, or {output: number or None}; None drops that floor). Below one, `verdict["accurate"]` is
+    False and the verdict fails; so it does when an int8 weight is further from its float weight than its
+    rounding allows (weight_check.py: a bug the golden would share). `reference`: also quantize the original
+    model with onnxruntime's own quantizer, our activation scales given (reference.py), and report its figures.
     """
     from . import limits as size_limits
     from . import torch_export
     from .data import load_data, random_data
     from .compare import OutputChecks, check_save_path, load_outputs as load_saved, parse_tolerances, run_diff
+    from .fidelity import parse_floors
 
     check_count("--num-samples", num_samples)
     check_count("--batch-size", batch_size)
@@ -68,13 +76,14 @@ def diff(model, data=None, calib=None, config=None, input_shape=None, num_calib=
         else:
             dataset = random_data(inputs, seed=1)
         names = [o.name for o in compiled.graph.outputs]
+        floors = parse_floors(min_sqnr, min_cosine, min_top1, names)
         checks = OutputChecks(parse_tolerances(atol, names, "atol"), parse_tolerances(rtol, names, "rtol"))
         if load_outputs is not None:
             checks.saved, checks.saved_source = load_saved(load_outputs, names), str(load_outputs)
         if save_outputs is not None:
             check_save_path(save_outputs, [*compiled.input_files(), data, calib, load_outputs])
         result = run_diff(compiled, dataset.head(num_samples), workers, ray, progress, checks, save_outputs,
-                          batch_size)
+                          batch_size, floors, reference)
         if compiled.quant.float_layers:
             result["kept_float"] = [n.name for n in compiled.graph.nodes if n.name in compiled.quant.float_layers]
         if sensitivity:

@@ -260,11 +260,22 @@ class _PhaseProgress(_Progress):
               "not depend on it.")
 @click.option("--sensitivity", is_flag=True,
               help="Also quantize one layer at a time (the rest fp32) and rank layers by the output SQNR they cost.")
+@click.option("--min-sqnr", multiple=True, metavar="[OUTPUT=]DB",
+              help="Floor on the int8 output's SQNR against the original model (default 10 dB for maps, "
+              "regressions and each part of a joined detector output; 'none' drops it). Below: ACCURACY FAILED.")
+@click.option("--min-cosine", multiple=True, metavar="[OUTPUT=]V",
+              help="Floor on the mean per-sample cosine against the original (default 0.99 for embeddings).")
+@click.option("--min-top1", multiple=True, metavar="[OUTPUT=]V",
+              help="Floor on top-1 agreement with the original (default 0.95 for classifiers; fails only beyond "
+              "sampling noise).")
+@click.option("--reference", is_flag=True,
+              help="Also quantize the original model with onnxruntime's own quantize_static (our activation scales "
+              "given) and print its SQNR against the original beside ours.")
 @_parallel
 def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
              weight_scales, adaround, keep_float, limit, as_json,
              verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, batch_size,
-             sensitivity, workers, ray_address):
+             sensitivity, min_sqnr, min_cosine, min_top1, reference, workers, ray_address):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
     from . import diff as run
 
@@ -275,13 +286,18 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
                      bias_correction=bias_correction, weight_scales=weight_scales, limits=limit,
                      workers=workers, ray=ray_address, progress=progress, atol=atol or None, rtol=rtol or None,
                      load_outputs=load_outputs, save_outputs=save_outputs, sensitivity=sensitivity,
-                     keep_float=keep_float, adaround=adaround, batch_size=batch_size)
+                     keep_float=keep_float, adaround=adaround, batch_size=batch_size,
+                     min_sqnr=min_sqnr or None, min_cosine=min_cosine or None, min_top1=min_top1 or None,
+                     reference=reference)
     if as_json:
         _emit_json(result)
     elif not quiet:
         click.echo(format_diff(result))
-    if not result["verdict"]["passed"]:
-        raise CheckFailed("diff: " + "; ".join(result["verdict"]["failures"][:5]))
+    verdict = result["verdict"]
+    if not verdict["passed"]:
+        failures = verdict["failures"][:5] or verdict.get("accuracy_failures", [])[:5]
+        kind = "diff" if verdict["failures"] else "diff: accuracy"
+        raise CheckFailed(f"{kind}: " + "; ".join(failures))
 
 
 @cli.command("sweep")
@@ -400,8 +416,52 @@ def format_diff(result: dict) -> str:
     if first is not None:
         lsb = next(l["max_lsb_vs_ort_qdq"] for l in result["layers"] if l["name"] == first)
         lines.append(f"first layer differing from onnxruntime QDQ: {ascii_text(first)} ({lsb} LSB)")
-    lines.append("PASSED" if v["passed"] else "FAILED: " + ascii_text("; ".join(v["failures"][:5])))
+    lines += format_fidelity(result)
+    if v["failures"]:
+        lines.append("FAILED: " + ascii_text("; ".join(v["failures"][:5])))
+    if not v.get("accurate", True):
+        lines.append("ACCURACY FAILED: " + ascii_text("; ".join(v["accuracy_failures"][:5])))
+    if v["passed"]:
+        lines.append("PASSED")
     return "\n".join(lines)
+
+
+def format_fidelity(result: dict) -> list[str]:
+    """Each output against the original model: its kind, figure, floor, and onnxruntime's reference; after an
+    accuracy failure, the layers that lose the most and the remedies."""
+    lines = []
+    for name, f in result.get("fidelity", {}).items():
+        v, name = f["vs_original"], ascii_text(name)
+        figures = [f"SQNR {_fmt(v['sqnr_db'])} dB", f"cosine {v['cosine_mean']:.4f} mean / {v['cosine_worst']:.4f} "
+                   "worst sample"]
+        if v["top1_agreement"] is not None and f["kind"] == "classification":
+            figures.append(f"top-1 agreement {v['top1_agreement']:.2%}")
+        floors = ", ".join(f"{k} >= {x:g}" for k, x in f["floor"].items()) or "none"
+        lines.append(f"fidelity {name} ({f['kind']}: {ascii_text(f['kind_why'])}): {', '.join(figures)} against "
+                     f"{ascii_text(f['against'])}; floors {floors}: {'met' if f['passed'] else 'NOT MET'}")
+        r = f["reference"]
+        if r.get("made"):
+            lines.append(f"fidelity {name}: onnxruntime's own quantization of the original (our activation scales "
+                         f"on {r['overridden_scales']} tensors): SQNR {_fmt(r['sqnr_db'])} dB; ours "
+                         f"{_fmt(r['ours_sqnr_db'])} dB")
+        elif r["why"] != "not asked for (--reference)":
+            lines.append(f"fidelity {name}: no onnxruntime reference: {ascii_text(r['why'])}")
+    w = result.get("weights")
+    if w is not None:
+        worst = max((l["worst_steps"] for l in w["layers"]), default=0.0)
+        lines.append(f"weights: {w['checked']} layers' int8 weights within their rounding of the float weights"
+                     if not w["failures"] else f"weights: {len(w['failures'])} of {w['checked']} layers' int8 weights "
+                     "beyond their rounding of the float weights")
+        lines[-1] += f" (worst {worst:.3f} steps)"
+    v = result["verdict"]
+    if v.get("losing_layers"):
+        lines.append("layers that lose the most (SQNR against fp32: drop from their inputs' -> their own):")
+        for l in v["losing_layers"]:
+            drop = "from the model inputs" if l["drop_db"] is None else f"drop {l['drop_db']:.2f} dB"
+            lines.append(f"  {ascii_text(l['name'])[-48:]:48} {ascii_text(l['op'])[:18]:18} {drop}, "
+                         f"SQNR {_fmt(l['sqnr_db'])} dB")
+        lines.append("remedies: " + ascii_text("; ".join(v["remedies"])))
+    return lines
 
 
 @cli.command("inspect")

@@ -24,7 +24,9 @@ from .errors import DataError, OutputError, UsageError
 from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name, softmax_call
 from .metrics import blocks, cosine, sqnr_db, top1_agreement
-from . import kernels, normalizer
+from . import fidelity, kernels, normalizer
+from . import reference as reference_mod
+from .weight_check import check_weights
 from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_explained, resadd_mismatch_rate,
                        resadd_tolerance)
 from .parallel import map_ordered
@@ -202,7 +204,7 @@ class _Checker:
     of the rewritten graph, the QDQ golden, one QDQ sub-model per layer) and the emulator. `__call__` compares
     one sample."""
 
-    def __init__(self, compiled: Compiled, budget: int):
+    def __init__(self, compiled: Compiled, budget: int, reference: bytes | None = None):
         plan, graph, quant = compiled.plan, compiled.graph, compiled.quant
         self.plan, self.graph, self.quant = plan, graph, quant
         self.layers = _layers(compiled)
@@ -214,6 +216,8 @@ class _Checker:
         # otherwise keep every layer's peak, together the whole model's activations)
         arena = self.fp32.whole
         self.original = _Original(compiled.loaded.original, self.output_names, arena)
+        # onnxruntime's own quantization of the user's model (reference.py), when asked: a figure beside ours
+        self.reference = _Original(reference or b"", self.output_names, arena)
         self.golden = session(qdq, arena=arena)
         extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
         self.sub_sessions = []
@@ -283,6 +287,7 @@ class _Checker:
         """One sample's outputs against the QDQ golden, the float model and the user's model."""
         gold = dict(zip(self.output_names, run(self.golden, self.output_names, sample)))
         original = self.original.run(sample)
+        reference = self.reference.run(sample)
         outputs = {}
         for name, tid in zip(self.output_names, self.plan.outputs):
             t = self.plan.tensors[tid]
@@ -295,7 +300,7 @@ class _Checker:
             outputs[name] = {"compared": q.size, "mismatches": int(np.count_nonzero(diff)),
                              "max_lsb": int(np.max(diff)) if q.size else 0,
                              "fp32": refs[name] if name in refs else fp32.take(name), "int8": t.dequantize(q),
-                             "original": original.get(name)}
+                             "original": original.get(name), "reference": reference.get(name)}
         return outputs
 
     def layer_row(self, buffers, layer: _Layer, sub, sample: dict[str, np.ndarray], ref: np.ndarray) -> tuple:
@@ -343,16 +348,18 @@ def _checker(payload: tuple) -> _Checker:
     return _Checker(*payload)
 
 
-def _payload(compiled: Compiled) -> tuple:
+def _payload(compiled: Compiled, reference: bytes | None = None) -> tuple:
     """What the workers need: the compiled model without the loaded model (its weights are the graph's; no
-    need to ship twice) and the activation budget in force here (a worker process does not inherit it)."""
+    need to ship twice), the activation budget in force here (a worker process does not inherit it) and the
+    independent reference model (reference.py), serialized."""
     return (dataclasses.replace(compiled, loaded=dataclasses.replace(compiled.loaded, model=onnx.ModelProto())),
-            limits.current().activation_bytes)
+            limits.current().activation_bytes, reference)
 
 
 def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: str | None = None,
              progress=None, checks: "OutputChecks | None" = None, save_to=None,
-             batch_size: int | None = None) -> dict:
+             batch_size: int | None = None, floors: "fidelity.Floors | None" = None,
+             reference: bool = False) -> dict:
     """Compare over every sample of `data`; returns the CONTRACTS.md `diff --json` document.
 
     `workers` local processes (None: every core, but none for less than MACS_PER_WORKER of work each, and
@@ -363,20 +370,29 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     figures are the same for any batch size, only the memory held at once grows with it. `progress(n, total)`
     is called as n more of the `total` samples are done.
     `checks`: elementwise atol/rtol checks of the outputs against fp32 or saved outputs (OutputChecks);
-    `save_to`: a path (checked with check_save_path) for the int8 outputs, for a later `checks.saved`."""
+    `save_to`: a path (checked with check_save_path) for the int8 outputs, for a later `checks.saved`.
+    `floors`: the user's fidelity floors (fidelity.Floors; default: each output kind's); every int8 weight is
+    checked against its float weight (weight_check.py); `reference`: also run onnxruntime's own quantization of
+    the original model (reference.py) and report its figures beside ours."""
     layers = _layers(compiled)
     output_names = [o.name for o in compiled.graph.outputs]
     fp32_out = {n: [] for n in output_names}
     int8_out = {n: [] for n in output_names}
     original_out = {n: [] for n in output_names}
+    reference_out = {n: [] for n in output_names}
     stats = {n: {"compared": 0, "mismatches": 0, "max_lsb": 0} for n in output_names}
     sums = [[0.0, 0.0, 0.0, 0.0] for _ in layers]
     samples = [data.sample(i) for i in range(data.num_samples)]
     report = None if progress is None else (lambda n: progress(n, len(samples)))
     macs = sum(step_macs(step, compiled.plan) for step in compiled.plan.steps)
     per_worker = max(1, math.ceil(MACS_PER_WORKER / max(macs, 1)))
-    payload = _payload(compiled)
     float_bytes = activation_bytes(build_float(compiled.graph))
+    ref_model, ref_info = None, {"who": reference_mod.WHO, "why": "not asked for (--reference)"}
+    if reference and not fits(float_bytes, limits.current().activation_bytes):
+        ref_info["why"] = "a model checked in pieces (over the activation_bytes limit) has no reference"
+    elif reference:
+        ref_model, ref_info = reference_mod.build(compiled)
+    payload = _payload(compiled, ref_model)
     if workers is None and ray is None and len(samples) > per_worker and not fits(float_bytes, payload[1]):
         workers = 1  # a model checked in pieces fills the activation limit in each process: one at a time
     check_count("--batch-size", batch_size)
@@ -394,6 +410,7 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
             fp32_out[name].append(o["fp32"])
             int8_out[name].append(o["int8"])
             original_out[name].append(o["original"])
+            reference_out[name].append(o["reference"])
         for layer, total, (lsb, mismatches, compared, explained, *parts) in zip(layers, sums, result["layers"]):
             layer.lsb = max(layer.lsb, lsb)
             layer.mismatches += mismatches
@@ -406,6 +423,8 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     result = _summarize(compiled, data, layers, fp32_out, int8_out, stats)
     _against_original(result, compiled, fp32_out, int8_out, original_out)
     _check_outputs(result, int8_out, fp32_out, checks or OutputChecks())
+    judge_fidelity(result, compiled, fp32_out, int8_out, original_out, reference_out, ref_info,
+                   floors or fidelity.Floors())
     if save_to is not None:
         save_outputs(save_to, {n: stacked(v) for n, v in int8_out.items()})
     return result
@@ -484,6 +503,66 @@ def _against_original(result: dict, compiled: Compiled, fp32_out: dict, int8_out
                                        f"from the original model (< {REWRITE_MIN_SQNR_DB:g} dB): a rewrite changed "
                                        "what the model computes")
             verdict["passed"] = False
+
+
+def judge_fidelity(result: dict, compiled: Compiled, fp32_out: dict, int8_out: dict, original_out: dict,
+                   reference_out: dict, ref_info: dict, floors: "fidelity.Floors") -> None:
+    """The accuracy half of the verdict (fidelity.py): per output, int8 against the user's original model with
+    the floors of its kind, every int8 weight against its float weight (weight_check.py), and, when asked,
+    onnxruntime's own quantization of the original beside ours (reference.py). Where the
+    original's outputs could not be had, the rewritten graph's fp32 (within REWRITE_MIN_SQNR_DB of it) stands
+    in, and the document says why."""
+    original = compiled.loaded.original
+    proto = onnx.ModelProto.FromString(original) if original else None
+    document, failures = {}, []
+    for name in int8_out:
+        values, why_not = original_out[name], None
+        if not original:
+            why_not = "the original model is over protobuf's 2 GiB"
+        elif not values or any(v is None for v in values):
+            why_not = "onnxruntime could not run the original model (or it has no output of this name)"
+        elif stacked(values).shape != stacked(fp32_out[name]).shape:
+            why_not = (f"the original's output has shape {list(stacked(values).shape)}, the compiled model's "
+                       f"{list(stacked(fp32_out[name]).shape)}")
+        ref = fp32_out[name] if why_not else values
+        shape = tuple(np.shape(ref[0])) if ref else ()
+        joined = name in compiled.quant.axis_scales
+        kind, kind_why = fidelity.output_kind(proto, compiled.graph, name, shape, joined)
+        parts = fidelity.parts_against(compiled, name, ref, int8_out[name]) if joined else None
+        entry = fidelity.judge_output(name, kind, kind_why, floors.for_output(name, kind), ref, int8_out[name],
+                                      parts)
+        entry["against"] = "the original model" if why_not is None else \
+            f"the rewritten graph's fp32 (the original's outputs could not be compared: {why_not})"
+        entry["reference"] = _reference_entry(ref, int8_out[name], reference_out[name], ref_info, why_not)
+        failures += entry["failures"]
+        document[name] = entry
+    result["fidelity"] = document
+    weights = check_weights(compiled)
+    result["weights"] = weights
+    failures += weights["failures"]
+    verdict = result["verdict"]
+    verdict["accurate"] = not failures
+    verdict["accuracy_failures"] = failures
+    if failures:
+        losers = fidelity.losing_layers(result["layers"], compiled.graph)
+        verdict["losing_layers"] = losers
+        verdict["remedies"] = fidelity.remedies(losers, compiled)
+        verdict["passed"] = False
+
+
+def _reference_entry(ref: list, ours: list, theirs: list, info: dict, why_not: str | None) -> dict:
+    """onnxruntime's quantization of the original (reference.py) and ours, both against the original: a figure
+    to read beside ours, not a bound (where onnxruntime keeps an op float or computes it otherwise it leads by
+    up to 11 dB on the test suite's one-op models; the weight check is the bound that catches shared bugs)."""
+    entry = {"who": info["who"]}
+    if "why" in info or why_not is not None:
+        return {**entry, "made": False, "why": info.get("why") or "no original outputs to judge it against"}
+    if not theirs or any(v is None for v in theirs):
+        return {**entry, "made": False, "why": "onnxruntime could not run its quantized model"}
+    r = stacked(ref)
+    theirs_db, ours_db = sqnr_db(r, stacked(theirs)), sqnr_db(r, stacked(ours))
+    return {**entry, "made": True, "overridden_scales": info["overridden"], "sqnr_db": theirs_db,
+            "ours_sqnr_db": ours_db}
 
 
 def output_segments(compiled: Compiled, name: str, fp32: list[np.ndarray], int8: list[np.ndarray]) -> list[dict]:

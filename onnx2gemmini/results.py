@@ -90,11 +90,71 @@ class LayerSensitivity(TypedDict):
     sqnr_db_cost: float            # 10*log10(1 + noise_share) dB >= 0; 3.01: as noisy as the whole int8 model
 
 
+class LosingLayer(TypedDict):
+    """A layer whose SQNR against fp32 drops the most from its inputs' (fidelity.losing_layers)."""
+    name: str
+    op: str
+    sqnr_db: float | None
+    input_sqnr_db: float | None    # the worst of its inputs' (None: model inputs, exact)
+    drop_db: float | None          # None: its inputs are exact, its own SQNR is the noise it adds
+
+
 class Verdict(TypedDict, total=False):
-    passed: bool
+    passed: bool                   # exact and accurate
     exact_model: bool
-    failures: list[str]
+    failures: list[str]            # the exact half: layers and outputs against the golden, rewrites
     first_divergent_layer: str | None
+    accurate: bool                 # the accuracy half (fidelity.py): every output's floors and reference met
+    accuracy_failures: list[str]
+    losing_layers: list[LosingLayer]  # after an accuracy failure
+    remedies: list[str]               # after an accuracy failure: options to try, most direct first
+
+
+class VsOriginal(TypedDict):
+    """An output's int8 values against the original model's, over every sample."""
+    sqnr_db: float | None
+    cosine: float                  # pooled
+    cosine_mean: float             # per sample, mean
+    cosine_worst: float            # per sample, worst
+    top1_agreement: float | None   # over the last axis (None: one value per row)
+
+
+class Reference(TypedDict, total=False):
+    """onnxruntime's own quantization of the original model (reference.py, `diff --reference`), beside ours,
+    both against the original: figures, not a bound."""
+    who: str
+    made: bool
+    why: str                       # when not made
+    overridden_scales: int         # tensors given our activation scale
+    sqnr_db: float | None          # its output against the original
+    ours_sqnr_db: float | None
+
+
+class WeightLayer(TypedDict):
+    name: str
+    worst_steps: float             # the largest |q * scale - w| / scale over the layer's weights
+    bound_steps: float             # 0.5 for round to nearest, 1 for AdaRound (plus float slack)
+
+
+class WeightCheck(TypedDict):
+    """Every int8 weight against the float weight it stands for (weight_check.py)."""
+    checked: int
+    layers: list[WeightLayer]
+    failures: list[str]
+    unchecked: list[dict]          # {name, why}
+
+
+class Fidelity(TypedDict):
+    """One output judged against the user's original model (fidelity.py)."""
+    kind: str                      # classification | embedding | joined | map
+    kind_why: str
+    against: str                   # "the original model", or what stood in and why
+    vs_original: VsOriginal
+    floor: dict[str, float]        # metric (sqnr, cosine, top1) -> floor
+    parts: list[dict]              # a joined output's parts: input, axis, start, stop, sqnr_db
+    passed: bool
+    failures: list[str]
+    reference: Reference
 
 
 class Golden(TypedDict):
@@ -122,3 +182,5 @@ class DiffResult(TypedDict, total=False):
     kept_float: list[str]          # only with keep_float: the layers run in float on the CPU, graph order
     verdict: Verdict
     golden: Golden
+    fidelity: dict[str, Fidelity]  # per output: the accuracy half of the verdict
+    weights: WeightCheck           # the accuracy half's check of the int8 weights

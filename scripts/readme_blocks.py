@@ -37,8 +37,9 @@ class ReadmeBlock:
 
 
 def _diff_lines(lines: list[str]) -> list[str]:
-    """The sample count, then every output, accuracy and verdict line."""
-    tail = [ln for ln in lines if ln.startswith(("output ", "accuracy:", "golden ", "PASSED", "FAILED"))]
+    """The sample count, then every output, accuracy, fidelity and verdict line."""
+    tail = [ln for ln in lines if ln.startswith(("output ", "accuracy:", "fidelity ", "weights:", "golden ", "PASSED", "FAILED",
+                                                 "ACCURACY FAILED"))]
     return [lines[0], "...", *tail]
 
 

@@ -17,6 +17,7 @@ from onnx.numpy_helper import to_array as onnx_numpy
 
 import onnx2gemmini as o2g
 from onnx2gemmini.compare import FLOAT_UNIT, run_diff
+from onnx2gemmini.fidelity import NO_FLOORS
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.emit.c import check_dtype
 from onnx2gemmini.emit.checks import Check
@@ -51,7 +52,7 @@ def test_an_activation_that_is_a_model_output_writes_float32(op):
     attrs = {a.name: helper.get_attribute_value(a) for a in model.graph.node[0].attribute}
     assert lut.params.table == float_table(FUNCTIONS[op], attrs, x_scale)
     data = random_dataset(model, 3, 1, -6.0, 6.0)
-    result = run_diff(compiled, data)
+    result = run_diff(compiled, data, floors=NO_FLOORS)
     assert result["verdict"]["passed"], result["verdict"]["failures"]
     assert result["outputs"]["y"]["int8_vs_ort_qdq"]["max_lsb"] <= 1  # within 2^-20 of the table's largest value
     sample = data.sample(0)
@@ -69,7 +70,7 @@ def test_the_comparison_unit_catches_a_wrong_table():
     table = tuple(float(np.float32(v + bound * 16 * FLOAT_UNIT)) for v in lut.params.table)
     steps[k] = dataclasses.replace(lut, params=dataclasses.replace(lut.params, table=table))
     broken = dataclasses.replace(compiled, plan=dataclasses.replace(compiled.plan, steps=tuple(steps)))
-    result = run_diff(broken, random_dataset(model, 2, 1, -6.0, 6.0))
+    result = run_diff(broken, random_dataset(model, 2, 1, -6.0, 6.0), floors=NO_FLOORS)
     assert not result["verdict"]["passed"] and "LSB > 1" in result["verdict"]["failures"][0]
 
 
@@ -88,7 +89,7 @@ def test_a_concat_joining_scores_dequantizes_the_boxes_exactly():
     plan = compiled.plan
     assert [plan.tensors[t].dtype for t in plan.outputs] == ["float32", "float32"]
     data = random_dataset(model, 3, 1)
-    result = run_diff(compiled, data)
+    result = run_diff(compiled, data, floors=NO_FLOORS)
     assert result["verdict"]["passed"], result["verdict"]["failures"]
     concat = next(l for l in result["layers"] if l["op"] == "Concat")
     assert concat["mismatches_vs_ort_qdq"] == 0  # DequantizeLinear's one float32 multiply, and copies
@@ -113,7 +114,7 @@ def test_without_float_outputs_the_same_model_is_int8(monkeypatch):
     model = float_outputs()
     compiled = o2g.compile(model, calib=random_dataset(model, 8, 0))
     assert [compiled.plan.tensors[t].dtype for t in compiled.plan.outputs] == ["int8", "int8"]
-    assert run_diff(compiled, random_dataset(model, 2, 1))["verdict"]["passed"]
+    assert run_diff(compiled, random_dataset(model, 2, 1), floors=NO_FLOORS)["verdict"]["passed"]
 
 
 def scored_head():
@@ -152,7 +153,7 @@ def test_small_class_scores_keep_their_precision_as_float32(monkeypatch):
     assert np.mean(scores < 0.1) > 0.95 and np.median(scores) < 0.02
 
     def class_sqnr() -> float:
-        result = run_diff(o2g.compile(model, calib=calib), evaluation)
+        result = run_diff(o2g.compile(model, calib=calib), evaluation, floors=NO_FLOORS)
         assert result["verdict"]["passed"], result["verdict"]["failures"]
         boxes, classes = result["outputs"]["y"]["segments"]
         assert (classes["start"], classes["stop"]) == (4, 7)

@@ -15,6 +15,7 @@ from onnx import numpy_helper, version_converter
 import onnx2gemmini as o2g
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.compare import run_diff
+from onnx2gemmini.fidelity import NO_FLOORS
 from onnx2gemmini.metrics import cosine
 
 OPS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Clip", "Flatten",
@@ -58,7 +59,7 @@ def freeze(model: onnx.ModelProto, inputs: list[np.ndarray]) -> tuple[onnx.Model
 def check_case(model, feeds, expected, accuracy=True):
     calib = Dataset({k: v[None] for k, v in feeds.items()}, None, "case")
     compiled = o2g.compile(model, calib=calib)
-    result = run_diff(compiled, calib)
+    result = run_diff(compiled, calib, floors=NO_FLOORS)
     assert result["verdict"]["passed"], result["verdict"]
     for layer in result["layers"]:
         assert layer["max_lsb_vs_ort_qdq"] <= layer["tolerance_lsb"]

@@ -10,6 +10,7 @@ from onnx import helper
 import onnx2gemmini as o2g
 from onnx2gemmini import kernels
 from onnx2gemmini.compare import run_diff
+from onnx2gemmini.fidelity import NO_FLOORS
 from onnx2gemmini.data import Dataset
 from onnx2gemmini.errors import ModelError
 from onnx2gemmini.ops.pool import GlobalAveragePoolHandler
@@ -69,7 +70,7 @@ def test_a_wrong_mean_multiplier_fails_diff():
     steps = tuple(dataclasses.replace(s, scale=s.scale * 1.03) if getattr(s, "mean_of", 0) else s
                   for s in compiled.plan.steps)
     broken = dataclasses.replace(compiled, plan=dataclasses.replace(compiled.plan, steps=steps))
-    result = run_diff(broken, random_dataset(model, 6, 1))
+    result = run_diff(broken, random_dataset(model, 6, 1), floors=NO_FLOORS)
     assert not result["verdict"]["passed"] and result["layers"][0]["max_lsb_vs_ort_qdq"] >= 1
 
 
@@ -94,7 +95,7 @@ def test_the_mean_keeps_its_own_scale():
 
     def mean_sqnr():
         compiled = o2g.compile(model, calib=data)
-        result = run_diff(compiled, data)
+        result = run_diff(compiled, data, floors=NO_FLOORS)
         assert result["verdict"]["passed"], result["verdict"]["failures"]
         return result["outputs"]["y"]["fp32_vs_int8"]["sqnr_db"]
     own = mean_sqnr()
@@ -124,10 +125,10 @@ def test_a_mean_far_below_its_maps_range_gets_a_scale_onnxruntime_accepts():
     compiled = o2g.compile(model, calib=data)
     s_x, s_y = compiled.quant.scales["x"], compiled.quant.scales["y"]
     assert s_x / (s_y * 36) < 256
-    result = run_diff(compiled, data)
+    result = run_diff(compiled, data, floors=NO_FLOORS)
     assert result["verdict"]["passed"], result["verdict"]["failures"]
     with mock.patch.object(GlobalAveragePoolHandler, "output_scale_floor", lambda self, node, s: 0.0):
         unfloored = o2g.compile(model, calib=data)
         assert unfloored.quant.scales["x"] / (unfloored.quant.scales["y"] * 36) >= 256
         with pytest.raises(ModelError, match="onnxruntime cannot run the model: .*QLinearGlobalAveragePool"):
-            run_diff(unfloored, data)  # one clear error (exit 3 from the CLI), not onnxruntime's traceback
+            run_diff(unfloored, data, floors=NO_FLOORS)  # one clear error (exit 3 from the CLI), not onnxruntime's traceback
