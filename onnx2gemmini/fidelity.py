@@ -244,16 +244,19 @@ def losing_layers(layers: list[dict], graph, count: int = 5) -> list[dict]:
         drop = before - value if math.isfinite(before) else None
         rows.append({"name": row["name"], "op": row["op"], "sqnr_db": row["sqnr_db"],
                      "input_sqnr_db": before if math.isfinite(before) else None, "drop_db": drop})
-    # from exact inputs, a layer's own SQNR measures its noise as a drop from some 60 dB of float rounding
-    rows.sort(key=lambda r: -(r["drop_db"] if r["drop_db"] is not None else EXACT_INPUT_DB - r["sqnr_db"]))
+    # fed by the model inputs alone, a layer is ranked by how far it falls below what int8 can hold
+    rows.sort(key=lambda r: -(r["drop_db"] if r["drop_db"] is not None else INT8_FULL_SCALE_DB - r["sqnr_db"]))
     return rows[:count]
 
 
-# The SQNR a layer with exact inputs is counted as dropping from, to rank it among the others.
-EXACT_INPUT_DB = 60.0
+# The SQNR of a full-scale uniform signal rounded to int8 (6.02 x 7 bits + 1.76 dB): a layer fed by the model
+# inputs alone is ranked among the others as dropping from it.
+INT8_FULL_SCALE_DB = 43.9
 
 
 KEEPABLE = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+# Steps whose int8 outputs sit between the matmuls of a transformer block (what --keep-float cannot reach).
+BETWEEN_MATMULS = frozenset({"LayerNormalization", "Add", "ElementwiseChain", "Softmax", "Gather"})
 
 
 def remedies(losers: list[dict], compiled) -> list[str]:
@@ -262,6 +265,12 @@ def remedies(losers: list[dict], compiled) -> list[str]:
     out = []
     if keep:
         out.append(f"--keep-float {','.join(keep)} (run the costliest matmuls and convs in float on the CPU)")
+    between = [r["op"] for r in losers[:3] if r["op"] in BETWEEN_MATMULS]
+    if between:
+        out.append(f"none of this version's options reaches the int8 tensors between matmuls where most of the loss "
+                   f"is ({', '.join(dict.fromkeys(between))}): activations with a few outlier channels (a transformer's "
+                   "embeddings, residual stream, GELU and LayerNorm outputs) that one int8 scale per tensor cannot "
+                   "hold")
     out.append("--sensitivity (rank every layer by the output SQNR it costs alone)")
     if compiled.quant.weight_group != 1:
         out.append("--weight-scales channel (one weight scale per output channel; more Gemmini calls)")

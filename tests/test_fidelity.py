@@ -205,3 +205,23 @@ def test_the_reference_takes_only_scales_of_tensors_the_rewrite_kept():
     assert "input" in overrides and "logits" in overrides
     assert "/features/features.2/Relu_output_0" in compiled.quant.scales
     assert "/features/features.2/Relu_output_0" not in overrides  # equalized
+
+
+def test_losing_layers_see_through_views_and_rank_by_the_drop():
+    """A layer's input SQNR is its producer's, found through a reshape that has no row of its own; the
+    layer that adds the most noise comes first, not the one with the lowest SQNR."""
+    from onnx2gemmini.graph import from_onnx
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"),
+             helper.make_node("Reshape", ["a", "shape"], ["b"], name="view"),
+             helper.make_node("Relu", ["b"], ["c"], name="second"),
+             helper.make_node("Relu", ["c"], ["d"], name="third")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor("shape", TensorProto.INT64, [1], [4])])
+    g = from_onnx(onnx.shape_inference.infer_shapes(helper.make_model(graph)))
+    rows = [{"name": "first", "op": "Relu", "sqnr_db": 40.0}, {"name": "second", "op": "Relu", "sqnr_db": 20.0},
+            {"name": "third", "op": "Relu", "sqnr_db": 18.0}]
+    ranked = fidelity.losing_layers(rows, g)
+    assert [r["name"] for r in ranked] == ["second", "first", "third"]
+    assert ranked[0]["input_sqnr_db"] == 40.0 and ranked[0]["drop_db"] == 20.0
+    assert ranked[1]["drop_db"] is None and ranked[2]["drop_db"] == 2.0
