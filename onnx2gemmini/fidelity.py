@@ -16,8 +16,9 @@ Why these floors (the README's accuracy section has the table):
   below 7 dB lost it (the 960 px text detector at 6.9 dB: 85 of 103 boxes, 21 spurious; the layout detector
   at 1.2 dB: none of 33). YOLOv8n's class scores are a part of its joined output, judged by the same floor.
 * cosine 0.99 (mean over samples) for embeddings: about 17 dB; the goal the project holds its transformers
-  to, above what onnxruntime's dynamic quantization was reported to keep on a trained MiniLM-class sentence
-  encoder (0.966). The static int8 of that encoder kept 0.75 and passed diff before this module.
+  to, above what onnxruntime's dynamic quantization (per-token scales at run time) keeps on the trained
+  sentence encoders of scripts/bench_transformers.py (0.965, 0.973). Our static int8 of all-MiniLM-L6 keeps
+  0.77 and passed diff before this module.
 * top-1 agreement 0.95 for classifiers: every classifier of the benchmark, ours and onnxruntime's, keeps
   0.98 or more; 0.95 flags a model that changes one decision in twenty. It fails only when the shortfall is
   beyond sampling noise (the one-sided 95% Wilson bound of the agreement below the floor), so 16 samples with
