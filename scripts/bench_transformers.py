@@ -253,11 +253,13 @@ def map_figures(ref: np.ndarray, ours: np.ndarray) -> dict:
 
 
 def run_onnx(path, data: dict[str, np.ndarray]) -> np.ndarray:
-    import onnxruntime as ort
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
+    """The model's first output over every sample, in onnxruntime (with the project's session settings: its
+    int8 kernels exact, as the real-model benchmark runs onnxruntime's rows)."""
+    from onnx2gemmini.ort_session import run, session
+    sess = session(Path(path))
+    names, output = [i.name for i in sess.get_inputs()], sess.get_outputs()[0].name
     count = len(next(iter(data.values())))
-    return np.concatenate([session.run(None, {k: data[k][i:i + 1] for k in names})[0] for i in range(count)])
+    return np.concatenate([run(sess, [output], {k: data[k][i:i + 1] for k in names})[0] for i in range(count)])
 
 
 class _Reader:
