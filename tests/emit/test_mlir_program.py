@@ -77,8 +77,9 @@ def test_the_self_test_passes_on_the_emulators_values(name, host_runtime, tmp_pa
 
 
 def test_a_changed_output_value_fails(host_runtime, tmp_path):
-    """Negative control: one expected value of the second output off by one (the default build compares the
-    outputs when @forward returns; with CHECK_LAYERS=1 the hook after their step does)."""
+    """Negative control: one expected value of the second output off by one, in both tables (the default build
+    compares the outputs with selftest_data.bin's when @forward returns; with CHECK_LAYERS=1 the hook after
+    their step compares them with selftest_layers.bin's): both builds fail."""
     plan, out = program("two_inputs_three_outputs", tmp_path)
     inc = (out / "selftest_model.inc").read_text()
     symbol = re.search(r"extern const int8_t (\w+_expect_output_1)\[(\d+)\];", inc)
@@ -87,11 +88,25 @@ def test_a_changed_output_value_fails(host_runtime, tmp_path):
     data = bytearray((out / "selftest_data.bin").read_bytes())
     data[offset + 3] = (data[offset + 3] + 1) % 256
     (out / "selftest_data.bin").write_bytes(bytes(data))
-    for check_layers in (False,):
-        result = run(out, host_runtime, check_layers)
-        assert result.returncode == 1, result.stdout
-        assert re.search(rf"^FAIL: 1 of {sum(int(np.prod(plan.tensors[t].shape)) for t in plan.outputs)} "
-                         r"output values differ", result.stdout, re.M), result.stdout
+    # with CHECK_LAYERS=1 the hook after the output's step checks it against the layer table: the same value
+    # changed there (the hook whose output index is 1)
+    checked = inc[inc.index("#if O2G_CHECK_LAYERS"):inc.index("#else", inc.index("#if O2G_CHECK_LAYERS"))]
+    k = int(re.search(r"^    \{(\d+), .*, 1\},$", checked, re.M).group(1))
+    table = (out / "selftest_layers.S").read_text()
+    offset = int(re.search(rf"_layer_expect_{k}:\n\t\.incbin \"selftest_layers.bin\", (\d+),", table).group(1))
+    layers = bytearray((out / "selftest_layers.bin").read_bytes())
+    layers[offset + 3] = (layers[offset + 3] + 1) % 256
+    (out / "selftest_layers.bin").write_bytes(bytes(layers))
+    total = sum(int(np.prod(plan.tensors[t].shape)) for t in plan.outputs)
+    result = run(out, host_runtime, False)
+    assert result.returncode == 1, result.stdout
+    assert re.search(rf"^FAIL: 1 of {total} output values differ", result.stdout, re.M), result.stdout
+    # the hook puts the (changed) expected values in place, so a later step reading that output differs too
+    result = run(out, host_runtime, True)
+    assert result.returncode == 1, result.stdout
+    first = re.search(r"^FAILED after layer \d+ \S+: tensor (\S+): 1 of \d+ values differ", result.stdout, re.M)
+    assert first and first.group(1) == plan.tensors[plan.outputs[1]].onnx_name, result.stdout
+    assert re.search(rf"^FAIL: \d+ of {total} output values differ", result.stdout, re.M), result.stdout
 
 
 def test_check_layers_names_the_step_that_differs(host_runtime, tmp_path):
