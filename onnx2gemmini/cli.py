@@ -377,6 +377,8 @@ def format_diff(result: dict) -> str:
                      f"or rtol {rtol}")
         lines.append(f"output {name}: int8 vs onnxruntime QDQ: {q['mismatches']} mismatches in {q['compared']:,} "
                      f"values, max {q['max_lsb']} LSB")
+        if "original_not_compared" in o:
+            lines.append(f"output {name}: not compared with the original model: {ascii_text(o['original_not_compared'])}")
         if "int8_vs_original" in o:
             v, r = o["int8_vs_original"], o["fp32_vs_original"]
             lines.append(f"output {name}: int8 vs the original model: SQNR {_fmt(v['sqnr_db'])} dB, max_abs "
@@ -452,7 +454,8 @@ def format_fidelity(result: dict) -> list[str]:
         lines.append(f"weights: {w['checked']} layers' int8 weights within their rounding of the float weights"
                      if not w["failures"] else f"weights: {len(w['failures'])} of {w['checked']} layers' int8 weights "
                      "beyond their rounding of the float weights")
-        lines[-1] += f" (worst {worst:.3f} steps)"
+        lines[-1] += f" (worst {worst:.3f} steps)" + (f"; {len(w['unchecked'])} not checked: " + ascii_text(
+            "; ".join(f"{u['name']} ({u['why']})" for u in w["unchecked"][:3])) if w["unchecked"] else "")
     v = result["verdict"]
     if v.get("losing_layers"):
         lines.append("layers that lose the most (SQNR against fp32: drop from their inputs' -> their own):")

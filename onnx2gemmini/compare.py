@@ -20,7 +20,7 @@ from . import limits
 from .ort_session import probe, run, session
 from .compiler import Compiled, check_count
 from .data import Dataset
-from .errors import DataError, OutputError, UsageError
+from .errors import DataError, OutputError
 from .emit.report import step_macs
 from .golden import build_float, build_qdq, input_tensor_name, softmax_call
 from .metrics import blocks, cosine, sqnr_db, top1_agreement
@@ -30,6 +30,7 @@ from .weight_check import check_weights
 from .numerics import (accumulator_lsb, quantize, quantize_accumulator, resadd_explained, resadd_mismatch_rate,
                        resadd_tolerance)
 from .parallel import map_ordered
+from .per_output import per_output
 from .plan import CpuOp, GlobalAverage, Matmul, Resadd, Tensor
 from .run.emulator import Emulator
 from .segments import HANDOVER, Pieces, Taker, activation_bytes, fits
@@ -387,11 +388,15 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     macs = sum(step_macs(step, compiled.plan) for step in compiled.plan.steps)
     per_worker = max(1, math.ceil(MACS_PER_WORKER / max(macs, 1)))
     float_bytes = activation_bytes(build_float(compiled.graph))
+    proto = onnx.ModelProto.FromString(compiled.loaded.original) if compiled.loaded.original else None
+    quantized = proto is not None and any(n.op_type in QUANTIZED_OPS for n in proto.graph.node)
     ref_model, ref_info = None, {"who": reference_mod.WHO, "why": "not asked for (--reference)"}
     if reference and not fits(float_bytes, limits.current().activation_bytes):
         ref_info["why"] = "a model checked in pieces (over the activation_bytes limit) has no reference"
+    elif reference and quantized:
+        ref_info["why"] = "the original model is quantized already"
     elif reference:
-        ref_model, ref_info = reference_mod.build(compiled)
+        ref_model, ref_info = reference_mod.build(compiled, proto)
     payload = _payload(compiled, ref_model)
     if workers is None and ray is None and len(samples) > per_worker and not fits(float_bytes, payload[1]):
         workers = 1  # a model checked in pieces fills the activation limit in each process: one at a time
@@ -421,9 +426,9 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     for layer, total in zip(layers, sums):
         layer.sums = total
     result = _summarize(compiled, data, layers, fp32_out, int8_out, stats)
-    _against_original(result, compiled, fp32_out, int8_out, original_out)
+    _against_original(result, compiled, quantized, fp32_out, int8_out, original_out)
     _check_outputs(result, int8_out, fp32_out, checks or OutputChecks())
-    judge_fidelity(result, compiled, fp32_out, int8_out, original_out, reference_out, ref_info,
+    judge_fidelity(result, compiled, proto, fp32_out, int8_out, original_out, reference_out, ref_info,
                    floors or fidelity.Floors())
     if save_to is not None:
         save_outputs(save_to, {n: stacked(v) for n, v in int8_out.items()})
@@ -478,19 +483,30 @@ def _summarize(compiled, data, layers, fp32_out, int8_out, stats) -> dict:
     return result
 
 
-def _against_original(result: dict, compiled: Compiled, fp32_out: dict, int8_out: dict, original_out: dict) -> None:
+def _original_values(compiled: Compiled, name: str, fp32: list, original: list) -> tuple[list | None, str | None]:
+    """An output's values from the user's original model, or None and why they cannot be compared."""
+    if not compiled.loaded.original:
+        return None, "the original model is over protobuf's 2 GiB"
+    if not original or any(v is None for v in original):
+        return None, "onnxruntime could not run the original model (or it has no output of this name)"
+    if stacked(original).shape != stacked(fp32).shape:
+        return None, (f"the original's output has shape {list(stacked(original).shape)}, the compiled model's "
+                      f"{list(stacked(fp32).shape)}")
+    return original, None
+
+
+def _against_original(result: dict, compiled: Compiled, quantized: bool, fp32_out: dict, int8_out: dict,
+                      original_out: dict) -> None:
     """Per output, int8 and the rewritten graph's fp32 against the user's original model; a rewritten fp32
-    below REWRITE_MIN_SQNR_DB fails the verdict (unless the original is itself quantized)."""
-    original = compiled.loaded.original
-    quantized = bool(original) and any(n.op_type in QUANTIZED_OPS
-                                       for n in onnx.ModelProto.FromString(original).graph.node)
-    for name, values in original_out.items():
-        if not values or any(v is None for v in values):
+    below REWRITE_MIN_SQNR_DB fails the verdict (unless the original is `quantized` itself). An output that
+    cannot be compared says why (`original_not_compared`)."""
+    for name in int8_out:
+        values, why_not = _original_values(compiled, name, fp32_out[name], original_out[name])
+        if why_not is not None:
+            result["outputs"][name]["original_not_compared"] = why_not
             continue
         ref = stacked(values).astype(np.float64)
         fp32, ours = stacked(fp32_out[name]), stacked(int8_out[name])
-        if ref.shape != fp32.shape:
-            continue
         rewrite_sqnr = sqnr_db(ref, fp32)
         result["outputs"][name]["int8_vs_original"] = {
             "max_abs": float(np.max(np.abs(ref - ours))), "cosine": cosine(ref, ours), "sqnr_db": sqnr_db(ref, ours)}
@@ -505,30 +521,23 @@ def _against_original(result: dict, compiled: Compiled, fp32_out: dict, int8_out
             verdict["passed"] = False
 
 
-def judge_fidelity(result: dict, compiled: Compiled, fp32_out: dict, int8_out: dict, original_out: dict,
-                   reference_out: dict, ref_info: dict, floors: "fidelity.Floors") -> None:
+def judge_fidelity(result: dict, compiled: Compiled, proto: "onnx.ModelProto | None", fp32_out: dict,
+                   int8_out: dict, original_out: dict, reference_out: dict, ref_info: dict,
+                   floors: "fidelity.Floors") -> None:
     """The accuracy half of the verdict (fidelity.py): per output, int8 against the user's original model with
     the floors of its kind, every int8 weight against its float weight (weight_check.py), and, when asked,
-    onnxruntime's own quantization of the original beside ours (reference.py). Where the
-    original's outputs could not be had, the rewritten graph's fp32 (within REWRITE_MIN_SQNR_DB of it) stands
-    in, and the document says why."""
-    original = compiled.loaded.original
-    proto = onnx.ModelProto.FromString(original) if original else None
+    onnxruntime's own quantization of the original beside ours (reference.py). Where the original's outputs
+    cannot be compared (_original_values), the rewritten graph's fp32 (held within REWRITE_MIN_SQNR_DB of the
+    original where it can be) stands in, and the document says why."""
     document, failures = {}, []
     for name in int8_out:
-        values, why_not = original_out[name], None
-        if not original:
-            why_not = "the original model is over protobuf's 2 GiB"
-        elif not values or any(v is None for v in values):
-            why_not = "onnxruntime could not run the original model (or it has no output of this name)"
-        elif stacked(values).shape != stacked(fp32_out[name]).shape:
-            why_not = (f"the original's output has shape {list(stacked(values).shape)}, the compiled model's "
-                       f"{list(stacked(fp32_out[name]).shape)}")
+        values, why_not = _original_values(compiled, name, fp32_out[name], original_out[name])
         ref = fp32_out[name] if why_not else values
         shape = tuple(np.shape(ref[0])) if ref else ()
         joined = name in compiled.quant.axis_scales
         kind, kind_why = fidelity.output_kind(proto, compiled.graph, name, shape, joined)
-        parts = fidelity.parts_against(compiled, name, ref, int8_out[name]) if joined else None
+        parts = [{k: seg[k] for k in ("input", "axis", "start", "stop", "sqnr_db")}
+                 for seg in output_segments(compiled, name, ref, int8_out[name])] if joined else None
         entry = fidelity.judge_output(name, kind, kind_why, floors.for_output(name, kind), ref, int8_out[name],
                                       parts)
         entry["against"] = "the original model" if why_not is None else \
@@ -630,29 +639,21 @@ def required_tolerance(ref: np.ndarray, ours: np.ndarray) -> dict:
 
 
 def parse_tolerances(spec, names: list[str], option: str) -> dict[str, float]:
-    """A tolerance per output: a number (every output), a dict {output: number}, or the command line's
-    strings `0.1` (every output) and `NAME=0.1` (one output; the last '=' splits)."""
-    if spec is None:
-        return {}
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        items = [(None, spec)]
-    elif isinstance(spec, dict):
-        items = list(spec.items())
-    else:
-        items = [(name if sep else None, number)
-                 for name, sep, number in (str(s).rpartition("=") for s in spec)]
+    """A tolerance per output (per_output's forms): {output: value}, every output filled in."""
     values: dict[str, float] = {}
-    for name, number in items:
-        try:
-            value = float(number)
-        except (TypeError, ValueError):
-            value = math.nan
-        if not math.isfinite(value) or value < 0:
-            raise UsageError(f"{option}: expected [OUTPUT=]VALUE with VALUE a finite number >= 0, got '{number}'")
-        if name is not None and name not in names:
-            raise UsageError(f"{option}: the model has no output named '{name}' (outputs: {', '.join(names)})")
+    for name, value in per_output(spec, names, option, _tolerance):
         values.update({n: value for n in ([name] if name is not None else names)})
     return values
+
+
+def _tolerance(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("a finite number >= 0")
+    return value
 
 
 def load_outputs(path, names: list[str]) -> dict[str, np.ndarray]:

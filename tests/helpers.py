@@ -10,10 +10,6 @@ from onnx2gemmini.data import Dataset, padding_masks
 from onnx2gemmini.compare import run_diff
 from onnx2gemmini.fidelity import NO_FLOORS
 
-# o2g.diff's options for a model with random weights: no accuracy floor (random weights prove coverage, not
-# accuracy; the exact half and the weight check still judge)
-RANDOM_WEIGHTS = {"min_sqnr": "none", "min_cosine": "none", "min_top1": "none"}
-
 OPSET = 17
 
 
@@ -82,8 +78,8 @@ def table_rows(model: onnx.ModelProto, ids: str) -> int:
 
 
 def compile_and_diff(model: onnx.ModelProto, samples=4, seed=0, **kwargs):
-    """Compile with calibration on random data and diff on other random data (random weights: no accuracy
-    floors, RANDOM_WEIGHTS)."""
+    """Compile with calibration on random data and diff on other random data. Random weights prove coverage,
+    not accuracy: no accuracy floors (NO_FLOORS); the exact half and the weight check still judge."""
     calib = random_dataset(model, samples, seed)
     calib = kwargs.pop("calib", calib)
     compiled = o2g.compile(model, calib=calib, **kwargs)

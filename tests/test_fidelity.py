@@ -225,3 +225,16 @@ def test_losing_layers_see_through_views_and_rank_by_the_drop():
     assert [r["name"] for r in ranked] == ["second", "first", "third"]
     assert ranked[0]["input_sqnr_db"] == 40.0 and ranked[0]["drop_db"] == 20.0
     assert ranked[1]["drop_db"] is None and ranked[2]["drop_db"] == 2.0
+
+
+def test_an_original_that_cannot_run_is_said_and_fp32_stands_in(monkeypatch):
+    """The comparison with the original is never skipped silently: why is in the output's document, and the
+    accuracy half judges against the rewritten graph's fp32 instead."""
+    from onnx2gemmini import compare
+    monkeypatch.setattr(compare._Original, "run", lambda self, sample: {})
+    result = o2g.diff(MODEL, calib=CALIB, num_calib=16, data=EVAL, num_samples=8)
+    out, f = result["outputs"]["logits"], result["fidelity"]["logits"]
+    assert "int8_vs_original" not in out and "could not run the original" in out["original_not_compared"]
+    assert f["against"].startswith("the rewritten graph's fp32") and f["passed"]
+    proc = run("diff", MODEL, "--calib", CALIB, "--data", EVAL, "--num-samples", "4")
+    assert "not compared with the original model" not in proc.stdout  # said only when it happens
