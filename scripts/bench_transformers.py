@@ -329,11 +329,14 @@ def bench(key: str, calib_texts, eval_texts, folder: Path, photo_counts: tuple[i
 
 
 def markdown(results: list[dict]) -> str:
+    """The rows as a Markdown table, then each model's diff verdict; every model-given name through
+    emit.names.markdown."""
+    from onnx2gemmini.emit.names import markdown as cell
     lines = ["| model | row | figures on held-out data |", "|---|---|---|"]
     for r in results:
         for row in r["rows"]:
             if "refused" in row:
-                text = row["refused"]
+                text = cell(row["refused"])
             elif r["kind"] == "text":
                 text = (f"cosine {row['cosine_mean']:.4f} mean / {row['cosine_worst']:.4f} worst; retrieval "
                         f"agreement {row['retrieval_agreement']:.3f}")
@@ -347,7 +350,7 @@ def markdown(results: list[dict]) -> str:
     for r in results:
         d = r["diff"]
         said = "PASSED" if d["passed"] else ("ACCURACY FAILED" if not d["failures"] else "FAILED")
-        layers = ", ".join(f"{l['name']} ({l['op']}, " + (f"drop {l['drop_db']:.1f} dB" if l["drop_db"] is not None
+        layers = ", ".join(f"{cell(l['name'])} ({cell(l['op'])}, " + (f"drop {l['drop_db']:.1f} dB" if l["drop_db"] is not None
                                                           else f"{l['sqnr_db']:.1f} dB from the inputs") + ")"
                            for l in (d.get("losing_layers") or [])[:3])
         lines.append(f"\n{r['model']}: `diff` on {d['samples']} evaluation samples: {said}"
