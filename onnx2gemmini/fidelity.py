@@ -242,7 +242,8 @@ def remedies(losers: list[dict], compiled) -> list[str]:
     out.append("--sensitivity (rank every layer by the output SQNR it costs alone)")
     if compiled.quant.weight_group == 0:
         out.append("--weight-scales groups or channel (a weight scale per DIM output channels, or per channel; more "
-                   "Gemmini calls; a trained 6-layer text encoder's cosine went 0.77 -> 0.84 / 0.85)")
+                   "Gemmini calls; scripts/bench_transformers.py: all-MiniLM-L6's cosine 0.77 -> 0.85, the 3-layer "
+                   "paraphrase encoder's unchanged)")
     elif compiled.quant.weight_group != 1:
         out.append("--weight-scales channel (one weight scale per output channel; more Gemmini calls)")
     if compiled.quant.method != "minmax":

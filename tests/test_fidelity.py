@@ -78,11 +78,14 @@ def test_a_bug_shared_by_the_emulator_and_the_golden_fails_diff(monkeypatch, whe
     assert any("a quantization bug the golden shares" in f for f in result["verdict"]["accuracy_failures"])
 
 
-def test_negative_control_without_the_weight_check_the_shared_bug_passes(monkeypatch):
-    """What catches the planted bug is the weight check: without it, nothing does (the classifier's decisions
-    survive a 0.8x weight error, within the top-1 floor's sampling noise)."""
+@pytest.mark.parametrize("where, plant", [("quantize_weights", _weights_times(0.8)),
+                                          ("build_table", _one_channel_scale_times(1.25))],
+                         ids=["int8 weights x0.8", "one channel's weight scale x1.25"])
+def test_negative_control_without_the_weight_check_the_shared_bug_passes(monkeypatch, where, plant):
+    """What catches the planted bugs is the weight check: without it, nothing does (the classifier's decisions
+    survive them, within the top-1 floor's sampling noise)."""
     from onnx2gemmini import compare
-    monkeypatch.setattr(quantize, "quantize_weights", _weights_times(0.8))
+    monkeypatch.setattr(quantize if where == "quantize_weights" else compiler, where, plant)
     monkeypatch.setattr(compare, "check_weights", lambda compiled: {"checked": 0, "layers": [], "failures": [],
                                                                     "unchecked": []})
     result = _diff()
