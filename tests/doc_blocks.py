@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,12 +47,15 @@ def tool_path(tmp: Path) -> dict:
     """An environment whose `python` and `onnx2gemmini` are this interpreter and this checkout."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
-    python = bin_dir / "python"
-    if not python.exists():
-        python.symlink_to(sys.executable)
-    cli = bin_dir / "onnx2gemmini"
-    cli.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m onnx2gemmini.cli "$@"\n')
-    cli.chmod(0o755)
+    # Wrapper scripts, not symlinks: a symlink to a virtual environment's interpreter starts Python outside
+    # that environment (Python looks for pyvenv.cfg beside the path it was started by).
+    interpreter = shlex.quote(sys.executable)
+    for name, args in (("python", ""), ("onnx2gemmini", " -m onnx2gemmini.cli")):
+        script = bin_dir / name
+        if script.is_symlink():
+            script.unlink()
+        script.write_text(f'#!/bin/sh\nexec {interpreter}{args} "$@"\n')
+        script.chmod(0o755)
     path = os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": path}
 
