@@ -49,9 +49,6 @@ def refusals(node: NodeView) -> list[str]:
     for name in ("W", "R", "B") + (("P",) if op == "LSTM" else ()):
         if node.input(name) is not None and not node.is_const(node.input(name)):
             reasons.append(f"{name} is not constant")
-    for name in STATES[op]:
-        if node.input(name) is not None and not node.is_const(node.input(name)):
-            reasons.append(f"{name} is computed at run time (only constant or absent initial states)")
     lens = node.input("sequence_lens")
     if lens is not None:
         seq = node.shape(node.input("X"))[1 if node.attr("layout", 0) else 0]
@@ -88,13 +85,20 @@ class _Recurrent(Handler):
         if op == "LSTM":
             peephole = node.const(node.input("P"))
             constants["P"] = np.zeros((dirs, 3 * hidden), np.float32) if peephole is None else peephole
+        sources = {}  # the kernel's inputs after P, in its order: R, the recurrence bias, peepholes, states
+        for name in constants:
+            sources[name] = ctx.const_id(node.name, name)
         for name in STATES[op]:
-            value = node.const(node.input(name))
+            given = node.input(name)
+            if given is not None and not node.is_const(given):  # a streaming model's state input
+                sources[name] = _dequantized_state(node, ctx, name, given, lowered)
+                continue
+            value = None if given is None else node.const(given)
+            sources[name] = ctx.const_id(node.name, name)
             constants[name] = np.zeros((dirs, batch, hidden), np.float32) if value is None else value
-        ids = []
         for name, value in constants.items():
-            ids.append(ctx.const_id(node.name, name))
-            lowered.constants[ids[-1]] = np.ascontiguousarray(value, np.float32)
+            lowered.constants[sources[name]] = np.ascontiguousarray(value, np.float32)
+        ids = list(sources.values())
         outputs = [ctx.output(o, node.shape(o)) for o in node.outputs]
         lowered.tensors += outputs
         direction = node.attr("direction", "forward")
@@ -107,8 +111,22 @@ class _Recurrent(Handler):
         return lowered
 
 
+def _dequantized_state(node: NodeView, ctx: LowerContext, name: str, given: str, lowered: Lowered) -> str:
+    """An initial state computed at run time (a streaming model's state input): its int8 values dequantized
+    to the float32 state the kernel reads, as DequantizeLinear (x * scale in float32) before onnxruntime's
+    LSTM in the golden."""
+    t = to_plain(node, ctx, ctx.tensor(given), lowered)
+    state = ctx.temp(node.name, name, t.shape, None, dtype="float32")
+    lowered.tensors.append(state)
+    params = cpu.Concat(0, (t.scale,), 1.0, float_out=True)
+    lowered.steps.append(CpuOp(node.name, inputs=(t.id,), outputs=(state.id,), params=params,
+                               reason=f"{node.op_type} {name}: the recurrence reads its state in float32"))
+    return state.id
+
+
 LIMITS = ("directions forward, reverse, bidirectional; layout 0, and 1 (opset 14) between int8 transposes; constant "
-          "W, R, B and initial states (or none); sequence_lens constant and full-length; default activations only; "
+          "W, R, B; initial states constant, absent or computed (a streaming model's state input, dequantized "
+          "from int8); sequence_lens constant and full-length; default activations only; "
           "clip refused; hidden_size <= 1024; the recurrence a float32 CPU kernel (1 LSB tolerance)")
 
 
