@@ -50,6 +50,12 @@ def _common(f):
                      help="Gemmini configuration: a preset name or a JSON file."),
         click.option("--input-shape", multiple=True, metavar="NAME=1x3x224x224",
                      help="Fix a dynamic input dimension (repeatable)."),
+        click.option("--input-value", "input_value", multiple=True, metavar="NAME=V[,V...]",
+                     help="Freeze an input to a constant before simplification, so branches on it fold (a sample "
+                     "rate, a flag; repeatable); diff feeds the original model the same value."),
+        click.option("--state", "state", multiple=True, metavar="OUTPUT=INPUT",
+                     help="A streaming model's output fed back as an input at the next step (repeatable): the "
+                     "data's samples are then consecutive steps, each state carried from the step before."),
         click.option("--tiling", type=click.Choice(["search", "auto"]), default="search", show_default=True,
                      help="search: choose every matmul/conv tile (explicit-tile calls); auto: gemmini.h's *_auto."),
         click.option("--equalize/--no-equalize", default=True, show_default=True,
@@ -118,8 +124,8 @@ def cli():
               help="Output directory (default ./<model stem>_gemmini); refused if non-empty unless --force.")
 @click.option("--force", is_flag=True, help="Replace a non-empty output directory.")
 @click.option("--emit", default=None, help="Artifacts to write, comma-separated: c,mlir,qdq (default: all).")
-def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-                weight_scales, adaround, keep_float, limit,
+def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, input_value, state, tiling, equalize,
+                bias_correction, weight_scales, adaround, keep_float, limit,
                 as_json, verbose, quiet, debug, output, force, emit):
     """Compile MODEL for Gemmini and write the output directory."""
     from .compiler import compile as compile_model
@@ -137,7 +143,7 @@ def compile_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
                                      num_calib=num_calib, calib_method=calib_method, command=_command_line(),
                                      tiling=tiling, equalize=equalize, bias_correction=bias_correction,
                                      weight_scales=weight_scales, progress=progress, keep_float=keep_float,
-                                     adaround=adaround)
+                                     adaround=adaround, input_values=input_value, states=state)
         progress("write", 0, 1)
         compiled.write(out, emit_set, force)
         progress("write", 1, 1)
@@ -272,8 +278,8 @@ class _PhaseProgress(_Progress):
               help="Also quantize the original model with onnxruntime's own quantize_static (our activation scales "
               "given) and print its SQNR against the original beside ours.")
 @_parallel
-def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-             weight_scales, adaround, keep_float, limit, as_json,
+def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, input_value, state, tiling, equalize,
+             bias_correction, weight_scales, adaround, keep_float, limit, as_json,
              verbose, quiet, debug, data, num_samples, atol, rtol, save_outputs, load_outputs, batch_size,
              sensitivity, min_sqnr, min_cosine, min_top1, reference, workers, ray_address):
     """Compare the Gemmini int8 result with onnxruntime (fp32 and the QDQ golden), per output and layer."""
@@ -288,6 +294,7 @@ def diff_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling,
                      load_outputs=load_outputs, save_outputs=save_outputs, sensitivity=sensitivity,
                      keep_float=keep_float, adaround=adaround, batch_size=batch_size,
                      min_sqnr=min_sqnr or None, min_cosine=min_cosine or None, min_top1=min_top1 or None,
+                     input_values=input_value, states=state,
                      reference=reference)
     if as_json:
         _emit_json(result)
@@ -408,6 +415,11 @@ def format_diff(result: dict) -> str:
                          f"noise share {r['noise_share']:7.1%}")
     if result.get("kept_float"):
         lines.append(f"kept float on the CPU (--keep-float): {ascii_text(', '.join(result['kept_float']))}")
+    if result.get("stream"):
+        st = result["stream"]
+        carried = ", ".join(f"{p['output']} -> {p['input']}" for p in st["states"])
+        lines.append(f"stream: {st['steps']:,} steps, state carried {ascii_text(carried)}; each step checked on the "
+                     f"int8 stream's own inputs, fidelity judged against {st['judged_against']}")
     golden = result.get("golden")
     if golden and not golden["exact"]:
         lines.append(f"golden unavailable on this CPU for {', '.join(golden['inexact_ops'])}: onnxruntime's int8 "
@@ -469,8 +481,8 @@ def format_fidelity(result: dict) -> list[str]:
 
 @cli.command("inspect")
 @_common
-def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tiling, equalize, bias_correction,
-                weight_scales, adaround, keep_float, limit,
+def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, input_value, state, tiling, equalize,
+                bias_correction, weight_scales, adaround, keep_float, limit,
                 as_json, verbose, quiet, debug):
     """Plan MODEL and print the per-layer table and totals; writes no code.
 
@@ -486,7 +498,8 @@ def inspect_cmd(model, calib, num_calib, calib_method, config, input_shape, tili
         compiled = compile_model(model, calib=calib, config=name, input_shape=input_shape, num_calib=num_calib,
                                  calib_method=calib_method, command=_command_line(), tiling=tiling,
                                  equalize=equalize, bias_correction=bias_correction, weight_scales=weight_scales,
-                                 limits=limit, keep_float=keep_float, adaround=adaround)
+                                 limits=limit, keep_float=keep_float, adaround=adaround,
+                                 input_values=input_value, states=state)
         reports.append(build_report(compiled, compiled.timing))
         plans.append(compiled.plan.to_dict())
     if as_json:

@@ -181,8 +181,9 @@ QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantiz
 class _Original:
     """onnxruntime on the model exactly as the user gave it (before load, onnxsim and the rewrite passes)."""
 
-    def __init__(self, serialized: bytes, output_names: list[str], arena: bool = True):
+    def __init__(self, serialized: bytes, output_names: list[str], arena: bool = True, frozen: dict | None = None):
         self.session, self.names = None, []
+        self.frozen = dict(frozen or {})  # inputs the compile froze (--input-value): fed their values
         if not serialized:  # over protobuf's 2 GiB
             return
         model = onnx.ModelProto.FromString(serialized)
@@ -195,9 +196,11 @@ class _Original:
         self.inputs = [i.name for i in self.session.get_inputs()]
 
     def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.session is None or not self.names or any(i not in sample for i in self.inputs):
+        if self.session is None or not self.names or any(i not in sample and i not in self.frozen
+                                                         for i in self.inputs):
             return {}
-        return dict(zip(self.names, self.session.run(self.names, {i: sample[i] for i in self.inputs})))
+        feeds = {i: self.frozen[i] if i in self.frozen else sample[i] for i in self.inputs}
+        return dict(zip(self.names, self.session.run(self.names, feeds)))
 
 
 class _Checker:
@@ -216,9 +219,9 @@ class _Checker:
         # a model run in pieces is large: its sessions return memory after each run (one per layer would
         # otherwise keep every layer's peak, together the whole model's activations)
         arena = self.fp32.whole
-        self.original = _Original(compiled.loaded.original, self.output_names, arena)
+        self.original = _Original(compiled.loaded.original, self.output_names, arena, compiled.loaded.input_values)
         # onnxruntime's own quantization of the user's model (reference.py), when asked: a figure beside ours
-        self.reference = _Original(reference or b"", self.output_names, arena)
+        self.reference = _Original(reference or b"", self.output_names, arena, compiled.loaded.input_values)
         self.golden = session(qdq, arena=arena)
         extractor = Extractor(onnx.shape_inference.infer_shapes(qdq))
         self.sub_sessions = []
@@ -360,7 +363,7 @@ def _payload(compiled: Compiled, reference: bytes | None = None) -> tuple:
 def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: str | None = None,
              progress=None, checks: "OutputChecks | None" = None, save_to=None,
              batch_size: int | None = None, floors: "fidelity.Floors | None" = None,
-             reference: bool = False) -> dict:
+             reference: bool = False, original_stream: "list[dict] | None" = None) -> dict:
     """Compare over every sample of `data`; returns the CONTRACTS.md `diff --json` document.
 
     `workers` local processes (None: every core, but none for less than MACS_PER_WORKER of work each, and
@@ -374,7 +377,9 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     `save_to`: a path (checked with check_save_path) for the int8 outputs, for a later `checks.saved`.
     `floors`: the user's fidelity floors (fidelity.Floors; default: each output kind's); every int8 weight is
     checked against its float weight (weight_check.py); `reference`: also run onnxruntime's own quantization of
-    the original model (reference.py) and report its figures beside ours."""
+    the original model (reference.py) and report its figures beside ours. `original_stream`: for a streaming
+    model, the original's outputs at each step of its own fp32 stream (stream.py), which replace its outputs
+    on the int8 stream's inputs wherever the int8 output is compared with the original."""
     layers = _layers(compiled)
     output_names = [o.name for o in compiled.graph.outputs]
     fp32_out = {n: [] for n in output_names}
@@ -426,9 +431,13 @@ def run_diff(compiled: Compiled, data: Dataset, workers: int | None = 1, ray: st
     for layer, total in zip(layers, sums):
         layer.sums = total
     result = _summarize(compiled, data, layers, fp32_out, int8_out, stats)
-    _against_original(result, compiled, quantized, fp32_out, int8_out, original_out)
+    # a stream's int8 outputs are judged against the original's own fp32 stream (the drift accumulated), its
+    # rewritten graph against the original on the same inputs
+    judged_against = original_out if original_stream is None else \
+        {n: [step.get(n) for step in original_stream] for n in output_names}
+    _against_original(result, compiled, quantized, fp32_out, int8_out, original_out, judged_against)
     _check_outputs(result, int8_out, fp32_out, checks or OutputChecks())
-    judge_fidelity(result, compiled, proto, fp32_out, int8_out, original_out, reference_out, ref_info,
+    judge_fidelity(result, compiled, proto, fp32_out, int8_out, judged_against, reference_out, ref_info,
                    floors or fidelity.Floors())
     if save_to is not None:
         save_outputs(save_to, {n: stacked(v) for n, v in int8_out.items()})
@@ -496,22 +505,25 @@ def _original_values(compiled: Compiled, name: str, fp32: list, original: list) 
 
 
 def _against_original(result: dict, compiled: Compiled, quantized: bool, fp32_out: dict, int8_out: dict,
-                      original_out: dict) -> None:
-    """Per output, int8 and the rewritten graph's fp32 against the user's original model; a rewritten fp32
-    below REWRITE_MIN_SQNR_DB fails the verdict (unless the original is `quantized` itself). An output that
-    cannot be compared says why (`original_not_compared`)."""
+                      original_out: dict, judged_against: dict) -> None:
+    """Per output, int8 (against `judged_against`: the original on the same inputs, or on its own stream)
+    and the rewritten graph's fp32 (against the original on the same inputs) against the user's original
+    model; a rewritten fp32 below REWRITE_MIN_SQNR_DB fails the verdict (unless the original is `quantized`
+    itself). An output that cannot be compared says why (`original_not_compared`)."""
     for name in int8_out:
         values, why_not = _original_values(compiled, name, fp32_out[name], original_out[name])
-        if why_not is not None:
-            result["outputs"][name]["original_not_compared"] = why_not
+        judged, judged_why_not = _original_values(compiled, name, fp32_out[name], judged_against[name])
+        if why_not is not None or judged_why_not is not None:
+            result["outputs"][name]["original_not_compared"] = why_not or judged_why_not
             continue
-        ref = stacked(values).astype(np.float64)
+        ref = stacked(judged).astype(np.float64)
+        same_inputs = stacked(values).astype(np.float64)
         fp32, ours = stacked(fp32_out[name]), stacked(int8_out[name])
-        rewrite_sqnr = sqnr_db(ref, fp32)
+        rewrite_sqnr = sqnr_db(same_inputs, fp32)
         result["outputs"][name]["int8_vs_original"] = {
             "max_abs": float(np.max(np.abs(ref - ours))), "cosine": cosine(ref, ours), "sqnr_db": sqnr_db(ref, ours)}
         result["outputs"][name]["fp32_vs_original"] = {
-            "max_abs": float(np.max(np.abs(ref - fp32))), "sqnr_db": rewrite_sqnr,
+            "max_abs": float(np.max(np.abs(same_inputs - fp32))), "sqnr_db": rewrite_sqnr,
             "min_sqnr_db": None if quantized else REWRITE_MIN_SQNR_DB}
         if not quantized and rewrite_sqnr is not None and rewrite_sqnr < REWRITE_MIN_SQNR_DB:
             verdict = result["verdict"]
@@ -535,7 +547,8 @@ def judge_fidelity(result: dict, compiled: Compiled, proto: "onnx.ModelProto | N
         ref = fp32_out[name] if why_not else values
         shape = tuple(np.shape(ref[0])) if ref else ()
         joined = name in compiled.quant.axis_scales
-        kind, kind_why = fidelity.output_kind(proto, compiled.graph, name, shape, joined)
+        kind, kind_why = ("state", fidelity.STATE_WHY) if name in dict(compiled.states) else \
+            fidelity.output_kind(proto, compiled.graph, name, shape, joined)
         parts = [{k: seg[k] for k in ("input", "axis", "start", "stop", "sqnr_db")}
                  for seg in output_segments(compiled, name, ref, int8_out[name])] if joined else None
         entry = fidelity.judge_output(name, kind, kind_why, floors.for_output(name, kind), ref, int8_out[name],

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from . import input_values as frozen_inputs
+from . import stream
 from . import limits as limits_mod
 from . import torch_export
 from .quant.adaround import Rounder
@@ -57,6 +59,7 @@ class Compiled:
     selftest_sample: dict | None = None  # the generated programs' embedded input (run/selftest.py)
     calibration: dict = field(default_factory=dict)  # report.json's `calibration` (quant/selection.py)
     limits: limits_mod.Limits = limits_mod.DEFAULTS  # the size limits it was compiled under
+    states: stream.StatePairs = ()  # --state: (output, input) pairs fed back at the next step (stream.py)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
@@ -126,11 +129,11 @@ def _feed(info: ValueInfo, value, shape: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-def prepare(model_path, input_shape=None, config=None, equalize: bool = False, sort_channels: bool = False
-            ) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
+def prepare(model_path, input_shape=None, config=None, equalize: bool = False, sort_channels: bool = False,
+            input_values=None) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
     """Load, check and rewrite a model, and pre-flight it (no data needed)."""
     cfg = load_config(config)
-    loaded = load(model_path, parse_input_shapes(input_shape))
+    loaded = load(model_path, parse_input_shapes(input_shape), input_values=frozen_inputs.parse(input_values))
     optional = ("equalize",) * equalize + ("sort_channels",) * sort_channels
     graph, changes = run_passes(from_onnx(loaded.model), cfg, optional)
     preflight(graph)
@@ -145,7 +148,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
             calib_method: str = selection.AUTO, command: str = "", equalize: bool = True,
             tiling: str = "search", bias_correction: bool = True,
             weight_scales: str = DEFAULT_WEIGHT_SCALES, limits=None, example_inputs=None, progress=None,
-            keep_float=None, adaround: bool = False) -> Compiled:
+            keep_float=None, adaround: bool = False, input_values=None, states=None) -> Compiled:
     """Compile a model for Gemmini (see CONTRACTS.md for the options): an ONNX file, an onnx.ModelProto, or
     a torch.nn.Module with `example_inputs` (one sample as a tensor or tuple of tensors; exported by
     torch.onnx.export, inputs named after forward's parameters, see torch_export.py).
@@ -174,9 +177,15 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
     accurate, slower; `diff(..., sensitivity=True)` ranks the candidates.
     `adaround`: round the weights of convs (one group), Gemms and MatMuls by a constant to minimise their
     output error on the calibration data (adaround.py) instead of to the nearest integer; slower to compile.
+    `input_values`: inputs frozen to constants before simplification ({name: number, list or array}, or
+    NAME=V[,V...] strings; input_values.py), so branches on them fold; `Compiled.loaded.input_values` has them.
+    `states`: a streaming model's outputs fed back as inputs at the next step ({output: input}, or OUT=IN
+    strings; stream.py): the calibration samples are then consecutive steps, each state input the state the
+    float model returned at the step before (zeros at the first).
     """
     _check_options(num_calib, calib_method, tiling, weight_scales)
     kept = keep_float_mod.layer_names(keep_float)
+    pairs = stream.parse(states)
     calib = torch_export.as_data(calib)
     if torch_export.is_torch_module(model):
         model = torch_export.export(model, example_inputs)
@@ -185,7 +194,7 @@ def compile(model, calib=None, config=None, input_shape=None, num_calib: int | N
                          "(fix dynamic ones with input_shape=)")
     with limits_mod.applied(limits):
         compiled = _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling,
-                            bias_correction, weight_scales, progress, kept, adaround)
+                            bias_correction, weight_scales, progress, kept, adaround, input_values, pairs)
     compiled.command = command
     compiled.sources = tuple(str(p) for p in (calib, config) if _is_path(p))
     return compiled
@@ -233,23 +242,31 @@ class _Phases:
 
 
 def _compile(model, calib, config, input_shape, num_calib, calib_method, equalize, tiling, bias_correction,
-             weight_scales, progress=None, keep_float: tuple[str, ...] = (), adaround: bool = False) -> Compiled:
+             weight_scales, progress=None, keep_float: tuple[str, ...] = (), adaround: bool = False,
+             input_values=None, pairs: stream.StatePairs = ()) -> Compiled:
     timing: dict[str, float] = {}
     phase = _Phases(timing, progress)
     with phase("load"):
-        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize, weight_scales == "sorted")
+        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize, weight_scales == "sorted",
+                                              input_values)
         kept = keep_float_mod.check_layers(graph, keep_float, lambda: _original_ops(loaded)) if keep_float \
             else frozenset()
+        stream.check(pairs, {i.name: (i.shape, i.dtype) for i in graph.inputs},
+                     {o.name: o.shape for o in graph.outputs}, loaded.input_values)
+    fed_inputs = [i for i in graph.inputs if i.name not in stream.state_inputs(pairs)]
     warnings = []
     with phase("calibrate"):
         if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
             data = None  # a fully pre-quantized model carries every scale
         elif calib is None:
-            data = random_data(graph.inputs, num_calib or RANDOM_CALIB_SAMPLES)
+            data = random_data(fed_inputs, num_calib or RANDOM_CALIB_SAMPLES)
             warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
                             "accuracy on real data will suffer")
         else:
-            data = load_data(calib, graph.inputs).head(num_calib)
+            data = load_data(calib, fed_inputs).head(num_calib)
+        if data is not None and pairs:  # a stream: each state the float model's own at the step before
+            data = stream.filled(data, stream.onnx_step(build_float(graph)), pairs,
+                                 {i.name: i.shape for i in graph.inputs})[0]
         # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
         amax, means, method = {}, None, "from the model"
         handlers = handlers_for(graph)
@@ -299,7 +316,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     sample = default_sample(plan) if real is None else real
     warnings += sample_warnings(plan, sample, "calibration sample 0" if real is not None else "seeded noise")
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head,
-                    selftest_sample=sample, calibration=calibration, limits=limits_mod.current())
+                    selftest_sample=sample, calibration=calibration, limits=limits_mod.current(), states=pairs)
 
 
 def _original_ops(loaded: LoadedModel) -> dict[str, str]:

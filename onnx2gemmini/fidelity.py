@@ -7,7 +7,9 @@ judged against the user's original model, with the figure its users read, agains
 * classification (a class axis last: logits or probabilities): top-1 agreement with the original;
 * embeddings and features (a transformer's hidden states, a pooled vector): cosine, per sample;
 * an output a Concat joins with per-part scales (a detector's boxes and class scores): each part's SQNR;
-* anything else (maps, regressions): SQNR.
+* anything else (maps, regressions): SQNR;
+* a streaming model's state (--state, stream.py): figures only, no floor of its own (what it carries shows in
+  the outputs it feeds, step after step).
 
 Why these floors (the README's accuracy section has the table):
 * SQNR 10 dB for maps, regressions and each part of a joined output: on the benchmark's real detectors and
@@ -41,7 +43,10 @@ from .metrics import cosine, sqnr_db
 from .per_output import per_output
 
 DEFAULT_FLOORS = {"classification": {"top1": 0.95}, "embedding": {"cosine": 0.99},
-                  "joined": {"sqnr": 10.0}, "map": {"sqnr": 10.0}}
+                  "joined": {"sqnr": 10.0}, "map": {"sqnr": 10.0},
+                  # a streaming model's state output (--state): its drift is judged through the outputs it feeds
+                  "state": {}}
+STATE_WHY = "fed back as an input at the next step (--state): judged through the outputs it feeds; no floor"
 METRICS = ("sqnr", "cosine", "top1")
 OPTIONS = {"sqnr": "--min-sqnr", "cosine": "--min-cosine", "top1": "--min-top1"}
 # One-sided 95%: a top-1 agreement fails only when its Wilson upper bound is below the floor.

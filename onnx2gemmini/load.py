@@ -11,14 +11,14 @@ import math
 import stat
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference, version_converter
 
-from . import dynamic_quant, fold_shapes, limits, qlinear
+from . import dynamic_quant, fold_shapes, input_values as frozen_inputs, limits, qlinear
 from .passes import fuse_mask
 from .errors import ModelError, UsageError
 
@@ -42,6 +42,8 @@ class LoadedModel:
     original_opset: int
     files: tuple[str, ...] = ()  # the files read: the model and its external-data files (resolved paths)
     original: bytes = b""  # the model as the user gave it, serialized: diff's reference for every rewrite
+    # inputs frozen by --input-value (input_values.py): name -> value, fed to the original model by diff
+    input_values: dict = field(default_factory=dict)
 
 
 def parse_input_shapes(specs: "list[str] | tuple[str, ...] | str | dict | None") -> dict[str, tuple[int, ...]]:
@@ -518,8 +520,9 @@ def _open(source) -> tuple[onnx.ModelProto, str, str, tuple[str, ...]]:
 
 
 def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[int, ...]] | None" = None,
-         simplify: bool = True) -> LoadedModel:
-    """Read, check, fix shapes and simplify a model file (or an in-memory ModelProto)."""
+         simplify: bool = True, input_values: "dict | None" = None) -> LoadedModel:
+    """Read, check, fix shapes and simplify a model file (or an in-memory ModelProto); `input_values`
+    (input_values.parse) freezes inputs to constants before simplification, so branches on them fold."""
     model, digest, path, files = _open(path)
     original = _serialized(model)
     _check_initializers(model)
@@ -539,6 +542,7 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
         except Exception as exc:
             raise ModelError(f"{path}: cannot convert opset {original_opset} to {MIN_OPSET}: "
                              f"{str(exc).splitlines()[0][:200]}") from None
+    frozen = frozen_inputs.freeze(model, input_values or {})
     _fix_input_shapes(model, input_shapes or {})
     _lift_constants(model)
     if dynamic_quant.has_dynamic(model):
@@ -560,7 +564,7 @@ def load(path: "str | Path | onnx.ModelProto", input_shapes: "dict[str, tuple[in
     model = _infer_shapes(model, path)
     _check_activation_sizes(model)
     _check_finite(model)
-    return LoadedModel(str(path), digest, model, original_opset, files, original)
+    return LoadedModel(str(path), digest, model, original_opset, files, original, frozen)
 
 
 def _serialized(model: onnx.ModelProto) -> bytes:

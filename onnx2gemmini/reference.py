@@ -48,7 +48,8 @@ def build(compiled, model: "onnx.ModelProto | None") -> tuple[bytes | None, dict
         return None, {**info, "why": "no calibration samples"}
     try:
         head = compiled.calib_head
-        samples = [head.sample(i) for i in range(min(REFERENCE_CALIB_SAMPLES, head.num_samples))]
+        frozen = compiled.loaded.input_values  # the original still reads the inputs --input-value froze
+        samples = [{**frozen, **head.sample(i)} for i in range(min(REFERENCE_CALIB_SAMPLES, head.num_samples))]
         overrides = _overrides(compiled, model, samples)
         with tempfile.TemporaryDirectory(prefix="o2g-ref-") as tmp:
             src, out = Path(tmp) / "original.onnx", Path(tmp) / "reference.onnx"

@@ -147,7 +147,7 @@ class WeightCheck(TypedDict):
 
 class Fidelity(TypedDict):
     """One output judged against the user's original model (fidelity.py)."""
-    kind: str                      # classification | embedding | joined | map
+    kind: str                      # classification | embedding | joined | map | state
     kind_why: str
     against: str                   # "the original model", or what stood in and why
     vs_original: VsOriginal
@@ -172,6 +172,19 @@ class Accuracy(TypedDict):
     int8: float
 
 
+class StatePair(TypedDict):
+    output: str
+    input: str
+
+
+class Stream(TypedDict):
+    """A streaming model's diff (--state): the samples are consecutive steps."""
+
+    states: list[StatePair]
+    steps: int
+    judged_against: str            # the original model's own fp32 stream, or why not
+
+
 class DiffResult(TypedDict, total=False):
     """`o2g.diff(...)`: per output, per layer, the verdict, and accuracy when the data has labels."""
 
@@ -181,6 +194,7 @@ class DiffResult(TypedDict, total=False):
     accuracy: Accuracy             # only with a `labels` array in the data
     sensitivity: list[LayerSensitivity]  # only when asked for (CONTRACTS.md), most costly first
     kept_float: list[str]          # only with keep_float: the layers run in float on the CPU, graph order
+    stream: Stream                 # only with states: a stream of steps, each state carried
     verdict: Verdict
     golden: Golden
     fidelity: dict[str, Fidelity]  # per output: the accuracy half of the verdict

@@ -176,6 +176,10 @@ def build_report(compiled, timing: dict, quality: dict | None = None, sensitivit
             "path": loaded.path, "sha256": loaded.sha256, "opset": plan.opset,
             "inputs": [input_entry(plan, tid) for tid in plan.inputs],
             "outputs": [output_entry(plan.tensors[t]) for t in plan.outputs],
+            # --input-value: inputs frozen to constants (the compiled model no longer reads them)
+            "input_values": {name: value.tolist() for name, value in loaded.input_values.items()},
+            # --state: outputs fed back as inputs at the next step (stream.py)
+            "states": [{"output": out, "input": inp} for out, inp in compiled.states],
         },
         "config": plan.config.to_dict(),
         "quantization": {"method": compiled.quant.method, "num_samples": compiled.quant.num_samples,
