@@ -110,7 +110,8 @@ class _Program:
         plan, dense, p = self.plan, self.dense, self.p
         lines = block_comment(self.banner + ["", "selftest_model.inc: the model's buffers, @forward's call and the "
                                              "checks, included by o2g_mlir_selftest.c"])
-        lines += ["", f"#define O2G_NUM_INPUTS {len(plan.inputs)}", f"#define O2G_NUM_OUTPUTS {len(plan.outputs)}", ""]
+        lines += ["", f"#define O2G_NUM_INPUTS {len(plan.inputs)}", f"#define O2G_NUM_OUTPUTS {len(plan.outputs)}",
+                  f"#define O2G_NUM_LAYERS {len(dense.steps)}", ""]
         for i, tid in enumerate(plan.inputs):
             elem, n = DTYPE_CTYPE[plan.tensors[tid].dtype], _count(plan.tensors[tid].shape)
             lines += [f"extern const {elem} {p}_sample_input_{i}[{n}];",
@@ -134,11 +135,13 @@ class _Program:
         lines += [f"    memcpy(o2g_input_{i}, {p}_sample_input_{i}, sizeof o2g_input_{i});"
                   for i in range(len(plan.inputs))]
         lines += [f"    _mlir_ciface_forward({', '.join(args)});", "}", ""]
+        writer = {dense.base(t).id: k for k, s in enumerate(dense.steps) for t in s.writes() if t in dense.tensors}
         lines += ["static const struct o2g_output_check o2g_output_checks[O2G_NUM_OUTPUTS] = {"]
         for i, tid in enumerate(plan.outputs):
             t = plan.tensors[tid]
             lines.append(f"    {{{c_string(t.onnx_name or t.id)}, o2g_output_{i}, {p}_expect_output_{i}, "
-                         f"{_count(t.shape)}, {np.dtype(t.dtype).itemsize}}},")
+                         f"{_count(t.shape)}, {np.dtype(t.dtype).itemsize}, "
+                         f"{writer.get(dense.base(tid).id, -1) if tid in dense.tensors else -1}}},")
         lines += ["};", ""]
         outputs = {tid: i for i, tid in enumerate(plan.outputs)}
         for flag, ks, sym in (("#if O2G_CHECK_LAYERS", range(len(self.hooks)), "layer_expect"),

@@ -9,7 +9,10 @@
  * emulator's own inputs and no difference propagates (the float kernels whose libm calls may differ by 1 LSB
  * always; every step with CHECK_LAYERS=1, which names the first step that differs). It prints the total cycles,
  * then PASS (exact), PASS (within N LSB: K of M values) or FAIL: K of M output values differ, and returns 0
- * only on PASS. Cycles are rdcycle: on Spike, which has no timing model, they count instructions retired.
+ * only on PASS; a passing CHECK_LAYERS=1 build first says how many steps it checked ("checked K of N layers:
+ * all exact", or "all within tolerance": the steps hooked, and those whose model outputs are compared when
+ * @forward returns; past the layer_check_bytes limit only the first steps are hooked).
+ * Cycles are rdcycle: on Spike, which has no timing model, they count instructions retired.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +42,7 @@ struct o2g_output_check {
     const void *data, *expected;
     unsigned long count;
     int elem_bytes;       /* 1: int8; 4: float32, compared for equality */
+    int step;             /* the step that writes it, or -1 */
 };
 
 static unsigned long compared, differing, failures, checked;
@@ -48,6 +52,7 @@ static int largest;
 #include "selftest_model.inc"
 
 static int output_hooked[O2G_NUM_OUTPUTS + 1];
+static unsigned char layer_checked[O2G_NUM_LAYERS + 1]; /* 1: this step's output was checked */
 
 static void count(unsigned long values, unsigned long bad, int most, int output)
 {
@@ -91,6 +96,7 @@ void _mlir_ciface_o2g_rt_check(int64_t hook, o2g_unranked_memref *tensor)
                    ch->step, ch->layer, ch->tensor, bad, ch->count, most);
         }
         count(ch->count, bad, most, ch->output);
+        layer_checked[ch->step] = 1;
         memcpy(data, ch->expected, ch->count); /* later steps read the emulator's values */
     }
 }
@@ -128,6 +134,8 @@ static void check_output(int index, const struct o2g_output_check *out)
                ((const int8_t *)out->expected)[first]);
     }
     count(out->count, bad, most, -1);
+    if (out->step >= 0)
+        layer_checked[out->step] = 1;
     output_compared += out->count;
     output_differing += bad;
 }
@@ -145,7 +153,7 @@ static unsigned long cycles(void)
 
 int main(void)
 {
-    unsigned long start, end;
+    unsigned long start, end, layers = 0;
     int i;
 
     start = cycles();
@@ -161,6 +169,11 @@ int main(void)
                output_differing, output_compared, failures, checked);
         return 1;
     }
+    for (i = 0; i < O2G_NUM_LAYERS; i++)
+        layers += layer_checked[i];
+    if (O2G_CHECK_LAYERS)
+        printf("checked %lu of %d layers: %s\n", layers, O2G_NUM_LAYERS,
+               differing ? "all within tolerance" : "all exact");
     if (differing)
         printf("PASS (within %d LSB: %lu of %lu values)\n", largest, differing, compared);
     else

@@ -21,7 +21,7 @@ import onnx2gemmini as o2g
 from onnx2gemmini import limits
 from onnx2gemmini.emit.c import GEMMINI_VERSION, c_files, write_c
 from onnx2gemmini.emit.c_kernels import c_float
-from onnx2gemmini.emit.checks import c_tolerance
+from onnx2gemmini.emit.checks import c_tolerance, layer_checks, selftest_checks
 from onnx2gemmini.memory import plan_memory
 from onnx2gemmini import cpu
 from onnx2gemmini import plan as plan_module
@@ -184,6 +184,7 @@ def test_bundled_model_selftest_passes(workdir, digits, check_layers):
     else:
         text = selftest_output(digits.c_dir, ["./model-selftest"])
         assert_selftest_passes(digits, text)
+        assert not re.search(r"^checked ", text, re.M), "the default build checks only the outputs"
     assert PASSED.search(text).group(1) == "exact", text[-1500:]
 
 
@@ -200,6 +201,9 @@ def check_every_layer(workdir, name, compiled, sample=None) -> str:
                        make_vars={"CHECK_LAYERS": "1"}, selftest_sample=sample)
     text = selftest_output(built.c_dir, ["./model-selftest"])
     assert_selftest_passes(built, text, dump=False)
+    steps = {c.step for c in layer_checks(built.plan, selftest_checks(built.plan, True))}
+    verdict = "all exact" if PASSED.search(text).group(1) == "exact" else "all within tolerance"
+    assert f"\nchecked {len(steps)} of {len(built.plan.steps)} layers: {verdict}\nPASS (" in text, text[-1500:]
     return text
 
 
