@@ -18,7 +18,7 @@ from . import limits as limits_mod
 from . import torch_export
 from .quant.adaround import Rounder
 from .quant import selection
-from .quant.calibrate import collect, statistics
+from .quant.calibrate import channel_ranges, collect, sample_values, statistics
 from .config import PRESETS, GemminiConfig, load_config
 from .data import Dataset, fit_samples, load_data, random_data
 from .errors import DataError, UnsupportedError, UsageError
@@ -27,7 +27,7 @@ from .scratchpad import find_hazards
 from .tiling import TILINGS, apply_tiles, attach_costs
 from .graph import Graph, ValueInfo, from_onnx, topological
 from .load import LoadedModel, load, parse_input_shapes
-from .passes import fuse_softmax, run_passes
+from .passes import fuse_softmax, run_passes, smooth_magnitude
 from .plan import Plan
 from .planner import build_plan, preflight
 from .ops import keep_float as keep_float_mod
@@ -60,6 +60,7 @@ class Compiled:
     calibration: dict = field(default_factory=dict)  # report.json's `calibration` (quant/selection.py)
     limits: limits_mod.Limits = limits_mod.DEFAULTS  # the size limits it was compiled under
     states: stream.StatePairs = ()  # --state: (output, input) pairs fed back at the next step (stream.py)
+    selftest_stream: stream.StreamCase | None = None  # a streaming model's self-test: the steps before the sample
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Bit-exact Gemmini emulation of one sample; dequantized float outputs by ONNX name."""
@@ -130,12 +131,14 @@ def _feed(info: ValueInfo, value, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def prepare(model_path, input_shape=None, config=None, equalize: bool = False, sort_channels: bool = False,
-            input_values=None) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
-    """Load, check and rewrite a model, and pre-flight it (no data needed)."""
+            input_values=None, calibrated=None) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
+    """Load, check and rewrite a model, and pre-flight it (no data needed; `calibrated(graph)`, if given,
+    runs the rewrites that need data between the default and the optional passes: run_passes)."""
     cfg = load_config(config)
     loaded = load(model_path, parse_input_shapes(input_shape), input_values=frozen_inputs.parse(input_values))
     optional = ("equalize",) * equalize + ("sort_channels",) * sort_channels
-    graph, changes = run_passes(from_onnx(loaded.model), cfg, optional)
+    graph, changes = run_passes(from_onnx(loaded.model), cfg, optional,
+                                None if calibrated is None else lambda g: calibrated(g, loaded))
     preflight(graph)
     return loaded, graph, cfg, changes
 
@@ -246,27 +249,34 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
              input_values=None, pairs: stream.StatePairs = ()) -> Compiled:
     timing: dict[str, float] = {}
     phase = _Phases(timing, progress)
-    with phase("load"):
-        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize, weight_scales == "sorted",
-                                              input_values)
-        kept = keep_float_mod.check_layers(graph, keep_float, lambda: _original_ops(loaded)) if keep_float \
-            else frozenset()
+    warnings: list[str] = []
+    loading: dict = {}
+
+    def calibrated(graph: Graph, loaded: LoadedModel) -> list[str]:
+        """The calibration data, read once the default passes have run (the model's inputs and the float
+        function are final then), and the rewrites that need it."""
         stream.check(pairs, {i.name: (i.shape, i.dtype) for i in graph.inputs},
                      {o.name: o.shape for o in graph.outputs}, loaded.input_values)
-    fed_inputs = [i for i in graph.inputs if i.name not in stream.state_inputs(pairs)]
-    warnings = []
+        loading["data"] = data = _calibration_data(graph, calib, num_calib, pairs, warnings)
+        if data is None:
+            return []
+        if not smooth_magnitude.find(graph):
+            return []
+        dim = load_config(config).dim
+        float_model = build_float(graph)
+        lines = smooth_magnitude.run(graph, float_model, lambda tensors: channel_ranges(float_model, data, tensors),
+                                     lambda tensors, count: sample_values(float_model, data, tensors, count),
+                                     {"groups": dim, "channel": 1}.get(weight_scales, 0),
+                                     dim if weight_scales == "sorted" else 0)
+        return [f"smooth_magnitude: {line}" for line in lines]
+
+    with phase("load"):
+        loaded, graph, cfg, changes = prepare(model, input_shape, config, equalize, weight_scales == "sorted",
+                                              input_values, calibrated)
+        kept = keep_float_mod.check_layers(graph, keep_float, lambda: _original_ops(loaded)) if keep_float \
+            else frozenset()
+    data = loading["data"]
     with phase("calibrate"):
-        if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
-            data = None  # a fully pre-quantized model carries every scale
-        elif calib is None:
-            data = random_data(fed_inputs, num_calib or RANDOM_CALIB_SAMPLES)
-            warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
-                            "accuracy on real data will suffer")
-        else:
-            data = load_data(calib, fed_inputs).head(num_calib)
-        if data is not None and pairs:  # a stream: each state the float model's own at the step before
-            data = stream.filled(data, stream.onnx_step(build_float(graph)), pairs,
-                                 {i.name: i.shape for i in graph.inputs})[0]
         # Calibrate the rewritten graph: passes such as equalization change intermediate ranges.
         amax, means, method = {}, None, "from the model"
         handlers = handlers_for(graph)
@@ -314,9 +324,42 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
         head = Dataset({k: v.copy() for k, v in head.inputs.items()}, None, head.source)
     real = calibration_sample(plan, head) if calib is not None else None
     sample = default_sample(plan) if real is None else real
-    warnings += sample_warnings(plan, sample, "calibration sample 0" if real is not None else "seeded noise")
+    what = "calibration sample 0" if real is not None else "seeded noise"
+    streamed = None
+    if pairs:  # the self-test runs the first steps of the stream, the last one checked
+        steps = _first_steps(plan, head if calib is not None else None, stream.SELFTEST_WARMUP + 1)
+        sample, streamed = stream.selftest_case(plan, pairs, steps, lambda s: dequantize(plan, Emulator(plan).run(s)))
+        what = f"step {len(steps) - 1} of the {'calibration stream' if real is not None else 'seeded noise'}"
+    warnings += sample_warnings(plan, sample, what)
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head,
-                    selftest_sample=sample, calibration=calibration, limits=limits_mod.current(), states=pairs)
+                    selftest_sample=sample, calibration=calibration, limits=limits_mod.current(), states=pairs,
+                    selftest_stream=streamed)
+
+
+def _first_steps(plan: Plan, head: Dataset | None, count: int) -> list[dict]:
+    """The first `count` steps of the calibration stream `head` (fewer if it is shorter), or seeded noise."""
+    if head is None:
+        return [default_sample(plan, seed) for seed in range(count)]
+    return [{k: np.asarray(v[i]) for k, v in head.inputs.items()} for i in range(min(count, head.num_samples))]
+
+
+def _calibration_data(graph: Graph, calib, num_calib: int | None, pairs: stream.StatePairs,
+                      warnings: list[str]) -> Dataset | None:
+    """The calibration samples for `graph`: the user's, or deterministic random ones (with a warning), or
+    none for a fully pre-quantized model; a stream's state inputs carried by the float model (stream.py)."""
+    if graph.fixed_scales and all(a in fixed_scales(graph) for a in graph_activations(graph)):
+        return None  # a fully pre-quantized model carries every scale
+    fed_inputs = [i for i in graph.inputs if i.name not in stream.state_inputs(pairs)]
+    if calib is None:
+        data = random_data(fed_inputs, num_calib or RANDOM_CALIB_SAMPLES)
+        warnings.append("no calibration data (--calib): scales come from deterministic random inputs; "
+                        "accuracy on real data will suffer")
+    else:
+        data = load_data(calib, fed_inputs).head(num_calib)
+    if pairs:  # a stream: each state the float model's own at the step before
+        data = stream.filled(data, stream.onnx_step(build_float(graph)), pairs,
+                             {i.name: i.shape for i in graph.inputs})[0]
+    return data
 
 
 def _original_ops(loaded: LoadedModel) -> dict[str, str]:

@@ -9,9 +9,9 @@ from onnx2gemmini.passes import run_passes
 from tests.test_cli import CALIB, EVAL, MODEL
 
 
-def planted_rewrite_bug(graph, config, optional=()):
+def planted_rewrite_bug(graph, config, optional=(), calibrated=None):
     """The passes, then the first conv's weights times 1.5: a wrong rewrite both goldens would inherit."""
-    graph, changes = run_passes(graph, config, optional)
+    graph, changes = run_passes(graph, config, optional, calibrated)
     conv = next(n for n in graph.nodes if n.op_type == "Conv")
     graph.initializers[conv.inputs[1]] = graph.initializers[conv.inputs[1]] * np.float32(1.5)
     return graph, changes

@@ -46,13 +46,20 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 OPTIONAL: dict[str, Pass] = {"equalize": equalize.run, "sort_channels": sort_channels.run}
 
 
-def run_passes(graph: Graph, config: GemminiConfig, optional: tuple[str, ...] = ()) -> tuple[Graph, list[str]]:
-    """A rewritten copy of `graph` and the change log of every pass."""
+def run_passes(graph: Graph, config: GemminiConfig, optional: tuple[str, ...] = (),
+               calibrated: Callable[[Graph], list[str]] | None = None) -> tuple[Graph, list[str]]:
+    """A rewritten copy of `graph` and the change log of every pass. `calibrated(graph)` runs between the
+    default and the optional passes: the rewrites that need the calibration data (smooth_magnitude), before
+    equalization and channel sorting balance the weights they leave."""
     unknown = set(optional) - set(OPTIONAL)
     if unknown:
         raise ValueError(f"unknown optional passes: {sorted(unknown)}")
     graph = graph.copy()
     changes: list[str] = []
-    for name, rewrite in PASSES + tuple((n, fn) for n, fn in OPTIONAL.items() if n in optional):
+    for name, rewrite in PASSES:
+        changes.extend(f"{name}: {line}" for line in rewrite(graph, config))
+    if calibrated is not None:
+        changes.extend(calibrated(graph))
+    for name, rewrite in ((n, fn) for n, fn in OPTIONAL.items() if n in optional):
         changes.extend(f"{name}: {line}" for line in rewrite(graph, config))
     return graph, changes

@@ -2,7 +2,9 @@
 
 Why: Gemmini's conv and the pooling kernels are 2-D; a 1-D convolution is exactly the 2-D one with a 1-row
 kernel over a 1-row image, so it reaches the same tiled conv (and the same golden: onnxruntime runs the
-rewritten nodes). The Unsqueeze and Squeeze are views of the same bytes.
+rewritten nodes). The Unsqueeze and Squeeze are views of the same bytes. Between two such ops, the Squeeze of
+the first and the Unsqueeze of the second cancel: the second reads the first's 2-D output directly, so the
+passes that pair a conv with the conv reading it (equalize, sort_channels) see 1-D models as they see 2-D ones.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ POOLS = ("MaxPool", "AveragePool")
 
 
 def run(graph: Graph, config: GemminiConfig) -> list[str]:
-    changes = []
+    changes, made = [], []
     for node in list(graph.nodes):
         if node.op_type not in ("Conv",) + POOLS or not node.inputs:
             continue
@@ -67,5 +69,24 @@ def run(graph: Graph, config: GemminiConfig) -> list[str]:
         op = Node(node.name, node.op_type, [x2d] + inputs[1:], [y2d], attrs, node.domain, node.fused)
         squeeze = Node(f"{node.name}__squeeze", "Squeeze", [y2d, axes], [y], {})
         graph.nodes[index:index + 1] = [unsqueeze, op, squeeze]
+        made.append((unsqueeze, squeeze))
         changes.append(f"{node.name}: 1-D {node.op_type} as a 2-D {node.op_type} of height 1")
+    return changes + _cancel(graph, made)
+
+
+def _cancel(graph: Graph, made: list[tuple[Node, Node]]) -> list[str]:
+    """Each Unsqueeze made here that reads the output of a Squeeze made here: its reader reads the Squeeze's
+    input (the same bytes, already 2-D) instead; a Squeeze nothing reads any more goes too."""
+    squeezes = {squeeze.outputs[0]: squeeze for _, squeeze in made}
+    changes = []
+    for unsqueeze, _ in made:
+        squeeze = squeezes.get(unsqueeze.inputs[0])
+        if squeeze is None:
+            continue
+        for reader in graph.consumers(unsqueeze.outputs[0]):
+            reader.inputs[:] = [squeeze.inputs[0] if i == unsqueeze.outputs[0] else i for i in reader.inputs]
+        graph.nodes.remove(unsqueeze)
+        changes.append(f"{unsqueeze.name}: reads {squeeze.name}'s 2-D input directly")
+        if not graph.consumers(squeeze.outputs[0]) and not graph.is_graph_output(squeeze.outputs[0]):
+            graph.nodes.remove(squeeze)
     return changes

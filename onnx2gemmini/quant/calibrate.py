@@ -396,3 +396,29 @@ def _sample_means(v: np.ndarray) -> dict[str, np.ndarray]:
     if v.ndim >= 2:
         means["axis1"] = v.mean(axis=tuple(a for a in range(v.ndim) if a != 1))
     return means
+
+
+def channel_ranges(model: onnx.ModelProto, data: Dataset, tensors: list[str], axis: int = 1) -> dict[str, np.ndarray]:
+    """One float pass over `data`: each of `tensors`' largest |x| per index along `axis` (a calibrated pass
+    such as passes/smooth_magnitude.py evens channels out with them)."""
+    sess = Pieces(model, list(dict.fromkeys(tensors)))
+    tops: dict[str, np.ndarray] = {}
+    for i in range(data.num_samples):
+        for values in sess.stream(data.sample(i)):
+            for t in set(tensors).intersection(values):
+                v = np.abs(np.nan_to_num(np.asarray(values[t], np.float64), posinf=0.0, neginf=0.0))
+                top = np.moveaxis(v, axis, 0).reshape(v.shape[axis], -1).max(axis=1)
+                tops[t] = top if t not in tops else np.maximum(tops[t], top)
+    return tops
+
+
+def sample_values(model: onnx.ModelProto, data: Dataset, tensors: list[str], count: int) -> dict[str, list[np.ndarray]]:
+    """The values of `tensors` for the first `count` samples of `data` (float pass), per tensor in sample
+    order: what a calibrated pass simulates its candidates on."""
+    sess = Pieces(model, list(dict.fromkeys(tensors)))
+    found: dict[str, list[np.ndarray]] = {t: [] for t in tensors}
+    for i in range(min(count, data.num_samples)):
+        for values in sess.stream(data.sample(i)):
+            for t in set(tensors).intersection(values):
+                found[t].append(np.asarray(values[t]).copy())
+    return found
