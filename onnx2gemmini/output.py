@@ -61,7 +61,7 @@ def _emit_all(compiled, tree: Path, emit: tuple[str, ...], diff: dict | None = N
             from .run.selftest import selftest_case
             plan = compiled.plan
             write_c(plan, tree / "c", *selftest_case(plan, compiled.selftest_sample, checked_tensors(plan)),
-                    compiled.command)
+                    compiled.command, stream=compiled.selftest_stream)
         if "mlir" in emit:
             from .emit.mlir import step_checks, write_mlir
             from .emit.mlir_program import write_mlir_program
@@ -71,7 +71,8 @@ def _emit_all(compiled, tree: Path, emit: tuple[str, ...], diff: dict | None = N
             dense = densify(compiled.plan)
             wanted = {c.tensor for c in step_checks(compiled.plan)} | set(dense.outputs) | set(compiled.plan.outputs)
             sample, expected = selftest_case(dense, compiled.selftest_sample, wanted)
-            write_mlir_program(compiled.plan, tree / "mlir", sample, expected, compiled.command)
+            write_mlir_program(compiled.plan, tree / "mlir", sample, expected, compiled.command,
+                               compiled.selftest_stream)
     timing["emit_s"] = time.perf_counter() - t
     t = time.perf_counter()
     measured = quality.from_diff(diff) if diff is not None else quality.from_calibration(compiled,

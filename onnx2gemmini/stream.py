@@ -19,6 +19,7 @@ quantized again as the input at the next step.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -127,3 +128,33 @@ def onnx_step(model, feeds_from: dict | None = None) -> Callable[[dict], dict]:
         feeds = {n: extra[n] if n in extra else sample[n] for n in wanted}
         return dict(zip(names, run(sess, names, feeds)))
     return step
+
+
+# The generated programs' self-test runs this many steps of the calibration stream before the checked one.
+SELFTEST_WARMUP = 3
+
+
+@dataclass(frozen=True)
+class StreamCase:
+    """A streaming model's self-test (the C and MLIR programs): the (output index, input index) pairs of the
+    plan, and the inputs of the steps before the checked sample's, which the program runs first through its
+    stream API (their state inputs are ignored: the program carries its own)."""
+
+    pairs: tuple[tuple[int, int], ...]
+    warmup: tuple[dict, ...]
+
+    def state_inputs(self) -> frozenset:
+        return frozenset(i for _, i in self.pairs)
+
+
+def selftest_case(plan, pairs: StatePairs, steps: list[dict], run_step: Callable[[dict], dict]
+                  ) -> tuple[dict, StreamCase]:
+    """(the checked sample, the StreamCase) from the first steps of a stream (`steps`, their state inputs
+    ignored): the int8 program's own carry (`run_step`, the emulator) fills every state, so the state the
+    program carries into the last step must equal the sample's bit for bit."""
+    names = [plan.tensors[t].onnx_name for t in plan.inputs]
+    outputs = [plan.tensors[t].onnx_name for t in plan.outputs]
+    shapes = {plan.tensors[t].onnx_name: plan.tensors[t].onnx_shape for t in plan.inputs}
+    fed, _ = carried(run_step, steps, pairs, shapes)
+    index = tuple((outputs.index(out), names.index(inp)) for out, inp in pairs)
+    return fed[-1], StreamCase(index, tuple(fed[:-1]))

@@ -1,6 +1,10 @@
 """Streaming models (`--state OUT=IN`): a recurrent state that is a model input and output compiles on every
 path; calibration sees the states the float model carries along the stream; diff carries the int8 program's
 own stream (each step checked bit for bit) and judges it against the original model's own fp32 stream."""
+import os
+import shutil
+import subprocess
+
 import numpy as np
 import onnx
 import pytest
@@ -11,6 +15,7 @@ from onnx2gemmini.data import Dataset
 from onnx2gemmini.errors import UsageError
 from onnx2gemmini.metrics import sqnr_db
 from onnx2gemmini.ort_session import session
+from onnx2gemmini.run import hostc
 from tests.stream_models import HIDDEN, chunks, streaming_model
 from tests.test_cli import assert_one_error_line, run
 
@@ -114,3 +119,64 @@ def test_an_integer_input_cannot_be_a_state():
         stream.check((("stateN", "ids"),), {"ids": ((1, 1, 16), np.dtype(np.int64))}, {"stateN": (1, 1, 16)})
     with pytest.raises(UsageError, match="given twice"):
         stream.parse(["stateN=state", "prob=state"])
+
+
+def c_selftest(c_dir, check_layers: bool) -> subprocess.CompletedProcess:
+    hostc.build(c_dir, ("model-selftest",), make_vars={"CHECK_LAYERS": "1"} if check_layers else None)
+    return subprocess.run(["./model-selftest"], cwd=c_dir, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which(os.environ.get("CC", "cc")) is None,
+                    reason="the C program needs make and a C compiler")
+def test_the_c_program_streams(compiled, tmp_path):
+    """model.h's stream API carries the state between calls: the self-test runs the first steps of the
+    calibration stream through it, requires the state it carried into the checked step to be the emulator's
+    bit for bit, then checks that step (and every layer with CHECK_LAYERS=1). Negative control: a carry one
+    part in 10^4 off fails."""
+    cell, model, c = compiled
+    c.write(tmp_path / "out", emit="c")
+    c_dir = tmp_path / "out" / "c"
+    header = (c_dir / "model.h").read_text()
+    for declaration in ("_NUM_STATES 1", "_stream_reset(void);", "_stream_step(void);", "_state_inputs["):
+        assert declaration in header
+    for check_layers in (False, True):
+        proc = c_selftest(c_dir, check_layers)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"carried the state through {stream.SELFTEST_WARMUP} steps: exact" in proc.stdout
+        assert "PASS (exact)" in proc.stdout
+    source = (c_dir / "model.c").read_text()
+    carry = "[j] * scale;"
+    assert source.count(carry) == 1
+    (c_dir / "model.c").write_text(source.replace(carry, "[j] * scale * 1.0001f;"))
+    proc = c_selftest(c_dir, False)
+    assert proc.returncode == 1 and "FAIL: the state input state carried through" in proc.stdout, proc.stdout
+
+
+def test_the_mlir_program_streams(compiled, tmp_path):
+    """The MLIR program's self-test carries the state the same way (the module lowered with upstream MLIR and
+    the host tile ops, as tests/emit/test_mlir_program.py runs it)."""
+    pytest.importorskip("torch_mlir", reason="the MLIR program tests need the torch-mlir wheel (test extra)")
+    from tests.emit import mlir_jit
+    from onnx2gemmini.emit.mlir import emit_mlir, step_checks
+    from onnx2gemmini.emit.mlir_program import mlir_program_files
+    from onnx2gemmini.run.selftest import selftest_case
+    from onnx2gemmini.slices import densify
+    if not mlir_jit.have_cc():
+        pytest.skip("no C compiler")
+    cell, model, c = compiled
+    plan, dense = c.plan, densify(c.plan)
+    wanted = {ch.tensor for ch in step_checks(plan)} | set(dense.outputs) | set(plan.outputs)
+    sample, expected = selftest_case(dense, c.selftest_sample, wanted)
+    out = tmp_path / "mlir"
+    out.mkdir()
+    for name, data in mlir_program_files(plan, sample, expected, "", c.selftest_stream).items():
+        (out / name).write_bytes(data)
+    (tmp_path / "model.mlir").write_text(emit_mlir(plan))
+    (tmp_path / "rt").mkdir()
+    lib = mlir_jit.build_runtime(tmp_path / "rt")
+    for check_layers, source in ((False, "../model.mlir"), (True, "model_checked.mlir")):
+        exe = mlir_jit.build_selftest((out / source).read_text(), lib, out, check_layers)
+        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"carried the state through {stream.SELFTEST_WARMUP} steps: exact" in proc.stdout
+        assert "PASS (exact)" in proc.stdout

@@ -29,6 +29,7 @@ from ..cpu.abi import DTYPE_CTYPE
 from ..errors import UnsupportedError
 from ..memory import ALIGN, align_up, plan_memory
 from ..normalizer import SOFTMAX
+from ..stream import StreamCase
 from ..plan import RELU, Conv, ConvDw, CpuOp, GlobalAverage, Matmul, Plan, Resadd, Step
 from ..tolerance import EXACT
 from .banner import banner_lines
@@ -45,12 +46,13 @@ CONV_TILES = ("batches", "porows", "pocols", "pochs", "krows", "kcols", "kchs")
 
 
 def write_c(plan: Plan, out_dir: Path, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray],
-            command: str = "", prefix: str | None = None) -> Path:
+            command: str = "", prefix: str | None = None, stream: StreamCase | None = None) -> Path:
     """Write OUT/c/ for `plan`. The self-test runs `sample` (float inputs by ONNX name) and compares with
     `expected` (int8 value of every tensor a step writes, by tensor id: the emulator's, see
-    run/selftest.py)."""
+    run/selftest.py). With `stream` (a streaming model: run/selftest.StreamCase), model.h gains the stream
+    API and the self-test first runs the warm-up steps, carrying the state into `sample`'s step."""
     out_dir = Path(out_dir)
-    for name, data in c_files(plan, sample, expected, command, prefix).items():
+    for name, data in c_files(plan, sample, expected, command, prefix, stream).items():
         path = out_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -58,9 +60,9 @@ def write_c(plan: Plan, out_dir: Path, sample: dict[str, np.ndarray], expected: 
 
 
 def c_files(plan: Plan, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray], command: str = "",
-            prefix: str | None = None) -> dict[str, bytes]:
+            prefix: str | None = None, stream: StreamCase | None = None) -> dict[str, bytes]:
     """Every file of OUT/c/ by relative path, as bytes."""
-    files = CProgram(plan, command, prefix).files(sample, expected)
+    files = CProgram(plan, command, prefix, stream).files(sample, expected)
     for dest, src in RUNTIME_FILES.items():
         files[dest] = (RUNTIME / src).read_bytes()
     return dict(sorted(files.items()))
@@ -123,8 +125,9 @@ class CProgram:
     """Names every buffer and prints model.h, model.c, model_config.h, weights.*, the self-test data,
     main.c, selftest.c and the Makefile for one plan."""
 
-    def __init__(self, plan: Plan, command: str = "", prefix: str | None = None):
+    def __init__(self, plan: Plan, command: str = "", prefix: str | None = None, stream: StreamCase | None = None):
         self.plan = plan
+        self.stream = stream
         self.p = c_prefix(plan, prefix)
         self.P = self.p.upper()
         self.banner = banner_lines(plan, command) + [f"gemmini.h: {GEMMINI_VERSION}"]
@@ -249,9 +252,60 @@ class CProgram:
             f"extern uint64_t {p}_layer_cycles[{P}_NUM_LAYERS];",
             "",
             "/* Runs the model once: quantizes the inputs, then every layer in order. */",
-            f"void {p}_run(void);",
-            "", f"#endif /* {guard} */", ""]
+            f"void {p}_run(void);"] + self.stream_h() + ["", f"#endif /* {guard} */", ""]
         return "\n".join(lines)
+
+    def stream_h(self) -> list[str]:
+        """A streaming model's API (--state): the outputs fed back as inputs, and the calls that carry them."""
+        if self.stream is None:
+            return []
+        p, P, t = self.p, self.P, self.plan.tensors
+        pairs = [f"output {o} '{c_comment(t[self.plan.outputs[o]].onnx_name)}' -> input {i} "
+                 f"'{c_comment(t[self.plan.inputs[i]].onnx_name)}'" for o, i in self.stream.pairs]
+        return ["", "/*", " * A streaming model (--state): each call takes one step of the stream, and these outputs are",
+                " * fed back as these inputs at the next call: " + "; ".join(pairs) + ".",
+                f" * {p}_stream_reset() zeroes the state inputs (the start of a stream); {p}_stream_step() runs",
+                f" * the model once, then writes each state output's real values (int8 times its scale, in float32)",
+                f" * into its input for the next call. Write the other inputs before each {p}_stream_step().",
+                " */",
+                f"#define {P}_NUM_STATES {len(self.stream.pairs)}",
+                f"extern const int {p}_state_outputs[{P}_NUM_STATES];",
+                f"extern const int {p}_state_inputs[{P}_NUM_STATES];",
+                f"void {p}_stream_reset(void);", f"void {p}_stream_step(void);"]
+
+    def stream_c(self) -> list[str]:
+        """model.c's side of the stream API (stream_h)."""
+        if self.stream is None:
+            return []
+        p, P, plan = self.p, self.P, self.plan
+        shape = {o: plan.tensors[plan.outputs[o]].onnx_shape for o, _ in self.stream.pairs}
+        axis = {o: plan.tensors[plan.outputs[o]].scale_axis for o, _ in self.stream.pairs}
+        geometry = []
+        for o, i in self.stream.pairs:
+            a = axis[o]
+            inner = int(np.prod(shape[o][a + 1:], dtype=np.int64)) if a is not None else 1
+            dim = shape[o][a] if a is not None else 1
+            geometry.append(f"{{{o}, {i}, {self.elems(plan.outputs[o])}, {inner}, {dim}}}")
+        return ["", "#include <string.h>", "", "/* The stream API (model.h): each state output's real values into its input. */",
+                "static const struct { int output, input; size_t count, inner, dim; } "
+                f"{p}_states[{P}_NUM_STATES] = {{", "    " + ", ".join(geometry), "};",
+                f"const int {p}_state_outputs[{P}_NUM_STATES] = {{"
+                + ", ".join(str(o) for o, _ in self.stream.pairs) + "};",
+                f"const int {p}_state_inputs[{P}_NUM_STATES] = {{"
+                + ", ".join(str(i) for _, i in self.stream.pairs) + "};", "",
+                f"void {p}_stream_reset(void)", "{", "    int k;", f"    for (k = 0; k < {P}_NUM_STATES; k++)",
+                f"        memset({p}_inputs[{p}_states[k].input], 0, {p}_states[k].count * sizeof(float));", "}", "",
+                f"void {p}_stream_step(void)", "{", "    int k;", "    size_t j;", f"    {p}_run();",
+                f"    for (k = 0; k < {P}_NUM_STATES; k++) {{",
+                f"        const int o = {p}_states[k].output;",
+                f"        float *x = {p}_inputs[{p}_states[k].input];",
+                f"        if ({p}_output_elem_bytes[o] == 4) {{ /* a float32 output: its values as they are */",
+                f"            memcpy(x, {p}_outputs[o], {p}_states[k].count * sizeof(float));",
+                "            continue;", "        }",
+                f"        for (j = 0; j < {p}_states[k].count; j++) {{ /* as DequantizeLinear: one float32 product */",
+                f"            const float scale = {p}_output_scale_axis[o] < 0 ? {p}_output_scales[o] :",
+                f"                {p}_output_axis_scales[o][(j / {p}_states[k].inner) % {p}_states[k].dim];",
+                f"            x[j] = (float){p}_outputs[o][j] * scale;", "        }", "    }", "}"]
 
     def arena_size(self) -> int:
         return max(self.memory.arena_bytes, ALIGN)
@@ -361,7 +415,8 @@ class CProgram:
                 lines.append("    gemmini_fence(); /* Gemmini is done before the CPU reads the result */")
             lines.append(f"    {p}_layer_cycles[{i}] = read_cycles() - start;")
             lines.append(f"    O2G_STEP_DONE({i});")
-        return lines + ["}", "", "#ifdef O2G_SELFTEST", '#include "selftest_checks.inc"', "#endif"]
+        return lines + ["}"] + self.stream_c() + ["", "#ifdef O2G_SELFTEST", '#include "selftest_checks.inc"',
+                                                 "#endif"]
 
     # -- one printer per step kind: (comment lines, C lines) ---------------------------------------------
     def print_step(self, step: Step) -> tuple[list[str], list[str]]:
@@ -509,7 +564,11 @@ class CProgram:
         def values(prefix: str, checks: list[Check]):
             return [(f"{p}_{prefix}_{k}", np.asarray(expected[c.tensor], check_dtype(plan, c)).reshape(-1))
                     for k, c in enumerate(checks)]
-        data, dtable = blob(inputs + values("expect", default))
+        warmup = [] if self.stream is None else [
+            (f"{p}_warmup_input_{s}_{i}", sample_input(plan, tid, step))
+            for s, step in enumerate(self.stream.warmup) for i, tid in enumerate(plan.inputs)
+            if i not in self.stream.state_inputs()]
+        data, dtable = blob(inputs + values("expect", default) + warmup)
         layer_data, ltable = blob(values("layer_expect", layers))
         return {
             "selftest_data.bin": data,
@@ -519,11 +578,13 @@ class CProgram:
             "selftest_layers.bin": layer_data,
             "selftest_layers.S": incbin_source(self.banner, layers_title(every, layers), "selftest_layers.bin",
                                                ltable).encode(),
-            "selftest_data.c": self.selftest_data_c(dtable[:len(inputs)]).encode(),
-            "selftest_checks.inc": self.checks_inc(default, dtable[len(inputs):], layers, ltable).encode(),
+            "selftest_data.c": self.selftest_data_c(dtable[:len(inputs)],
+                                                    dtable[len(dtable) - len(warmup):] if warmup else []).encode(),
+            "selftest_checks.inc": self.checks_inc(default, dtable[len(inputs):len(dtable) - len(warmup)], layers,
+                                                   ltable).encode(),
         }
 
-    def selftest_data_c(self, input_table) -> str:
+    def selftest_data_c(self, input_table, warmup_table=()) -> str:
         p, P = self.p, self.P
         lines = self.c_banner() + [
             "/* selftest_data.c: the self-test's sample input (selftest_data.bin, pulled in by selftest_data.S). */",
@@ -534,7 +595,30 @@ class CProgram:
         lines += ["", f"const float *const {p}_sample_inputs[{P}_NUM_INPUTS] = {{"]
         lines += [f"    {sym}," if ctype == "float" else f"    (const float *)(const void *){sym},"
                   for ctype, (sym, _, _) in zip(types, input_table)] + ["};", ""]
+        if self.stream is not None:
+            lines += self.warmup_c(types, warmup_table)
         return "\n".join(lines)
+
+    def warmup_c(self, types: list[str], table) -> list[str]:
+        """The warm-up steps' inputs of a streaming model's self-test (0 for a state input: carried)."""
+        p, P = self.p, self.P
+        states, entries = self.stream.state_inputs(), iter(table)
+        lines = [f"/* The {len(self.stream.warmup)} steps of the stream before the checked one. */"]
+        rows = []
+        for _ in self.stream.warmup:
+            row = []
+            for i, ctype in enumerate(types):
+                if i in states:
+                    row.append("0")
+                    continue
+                sym, _, size = next(entries)
+                lines.append(f"extern const {ctype} {sym}[{size // (8 if ctype == 'int64_t' else 4)}];")
+                row.append(sym if ctype == "float" else f"(const float *)(const void *){sym}")
+            rows.append("    {" + ", ".join(row) + "},")
+        lines += ["", f"const float *const {p}_warmup_inputs[][{P}_NUM_INPUTS] = {{"]
+        lines += rows or ["    {0},"]
+        lines += ["};", f"const size_t {p}_warmup_steps = {len(self.stream.warmup)};", ""]
+        return lines
 
     def checks_inc(self, default: list[Check], dtable, layers: list[Check], ltable) -> str:
         """`{p}_checks`: per checked tensor its step, name, bytes (rows row_stride apart), the emulator's

@@ -20,9 +20,11 @@ from ..cpu.abi import DTYPE_CTYPE
 from ..memory import align_up
 from ..plan import Plan
 from ..slices import densify
+from ..stream import StreamCase
 from ..tolerance import EXACT
 from .banner import banner_lines
 from .c import blob, block_comment, c_prefix, check_dtype, incbin_source, sample_input
+from .c_kernels import c_float
 from .checks import layer_checks, layers_title, selftest_checks
 from .mlir import emit_mlir, lower_gemmini_options, step_checks
 from .names import c_string, makefile_comment
@@ -34,28 +36,29 @@ ALLOC_SLACK = 128   # per memref.alloc: the lowering's malloc(size + alignment),
 
 
 def write_mlir_program(plan: Plan, out_dir: "str | Path", sample: dict[str, np.ndarray],
-                       expected: dict[str, np.ndarray], command: str = "") -> Path:
+                       expected: dict[str, np.ndarray], command: str = "", stream: StreamCase | None = None) -> Path:
     """Write OUT/mlir/ for `plan`; `expected` holds the emulator's value of every tensor of densify(plan)
-    (run/selftest.py's expected_values) for `sample`."""
+    (run/selftest.py's expected_values) for `sample`. With `stream` (a streaming model), the self-test first
+    runs the warm-up steps through o2g_stream_step, carrying the state into `sample`'s step."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in mlir_program_files(plan, sample, expected, command).items():
+    for name, data in mlir_program_files(plan, sample, expected, command, stream).items():
         (out_dir / name).write_bytes(data)
     return out_dir
 
 
 def mlir_program_files(plan: Plan, sample: dict[str, np.ndarray], expected: dict[str, np.ndarray],
-                       command: str = "") -> dict[str, bytes]:
+                       command: str = "", stream: StreamCase | None = None) -> dict[str, bytes]:
     """Every file of OUT/mlir/ by name, as bytes."""
-    files = _Program(plan, command).files(sample, expected)
+    files = _Program(plan, command, stream).files(sample, expected)
     for name in RUNTIME_FILES:
         files[name] = (RUNTIME / name).read_bytes()
     return dict(sorted(files.items()))
 
 
 class _Program:
-    def __init__(self, plan: Plan, command: str):
-        self.plan, self.command = plan, command
+    def __init__(self, plan: Plan, command: str, stream: StreamCase | None = None):
+        self.plan, self.command, self.stream = plan, command, stream
         self.dense = densify(plan)
         self.every = step_checks(plan, bounded=False)     # every step's check, before layer_check_bytes
         self.hooks = layer_checks(self.dense, self.every)  # every hook of model_checked.mlir, in k order
@@ -75,7 +78,7 @@ class _Program:
                  for k in self.default_hooks]
         layers = [(f"{p}_layer_expect_{k}", np.asarray(expected[c.tensor], np.int8).ravel())
                   for k, c in enumerate(self.hooks)]
-        data, dtable = blob(inputs + outputs + hooks)
+        data, dtable = blob(inputs + outputs + hooks + self.warmup_arrays())
         layer_data, ltable = blob(layers)
         return {
             "Makefile": self.makefile().encode(),
@@ -89,6 +92,65 @@ class _Program:
             "selftest_layers.S": incbin_source(self.banner, layers_title(self.every, self.hooks),
                                                "selftest_layers.bin", ltable).encode(),
         }
+
+    def warmup_arrays(self) -> list[tuple[str, np.ndarray]]:
+        """A streaming model's warm-up steps: every input but the states, per step."""
+        if self.stream is None:
+            return []
+        return [(f"{self.p}_warmup_input_{s}_{i}", sample_input(self.plan, tid, step))
+                for s, step in enumerate(self.stream.warmup) for i, tid in enumerate(self.plan.inputs)
+                if i not in self.stream.state_inputs()]
+
+    def stream_inc(self) -> list[str]:
+        """A streaming model's side of the self-test: the warm-up inputs and o2g_stream_reset/_step, which
+        carry each state output's real values (int8 times its scale, in float32) into its input."""
+        if self.stream is None:
+            return []
+        plan, p = self.plan, self.p
+        states = self.stream.state_inputs()
+        lines = [f"#define O2G_NUM_STATES {len(self.stream.pairs)}",
+                 f"#define O2G_WARMUP_STEPS {len(self.stream.warmup)}"]
+        rows = []
+        for s, _ in enumerate(self.stream.warmup):
+            row = []
+            for i, tid in enumerate(plan.inputs):
+                if i in states:
+                    row.append("0")
+                    continue
+                elem, n = DTYPE_CTYPE[plan.tensors[tid].dtype], _count(plan.tensors[tid].shape)
+                lines.append(f"extern const {elem} {p}_warmup_input_{s}_{i}[{n}];")
+                row.append(f"{p}_warmup_input_{s}_{i}")
+            rows.append("    {" + ", ".join(row) + "},")
+        lines += [f"static const void *const o2g_warmup_inputs[{max(len(rows), 1)}][O2G_NUM_INPUTS] = {{"]
+        lines += rows or ["    {0},"]
+        lines += ["};", "", "static void o2g_stream_reset(void)", "{"]
+        lines += [f"    memset(o2g_input_{i}, 0, sizeof o2g_input_{i});" for i in sorted(states)]
+        lines += ["}", "", "/* @forward once, then each state output's real values into its input, as DequantizeLinear */",
+                  "static void o2g_stream_step(void)", "{", "    unsigned long j;", "    o2g_call();"]
+        for o, i in self.stream.pairs:
+            t = plan.tensors[plan.outputs[o]]
+            n = _count(t.shape)
+            if t.dtype == "float32":
+                lines.append(f"    memcpy(o2g_input_{i}, o2g_output_{o}, sizeof o2g_input_{i});")
+                continue
+            if t.scale_axis is None:
+                scale = c_float(t.scale)
+            else:
+                inner = _count(t.onnx_shape[t.scale_axis + 1:])
+                table = ", ".join(c_float(v) for v in t.axis_scales)
+                lines.append(f"    static const float scales_{o}[{len(t.axis_scales)}] = {{{table}}};")
+                scale = f"scales_{o}[(j / {inner}) % {len(t.axis_scales)}]"
+            lines += [f"    for (j = 0; j < {n}; j++)",
+                      f"        o2g_input_{i}[j] = (float)o2g_output_{o}[j] * {scale};"]
+        lines += ["}", "", "static void o2g_warmup_inputs_of(int s)", "{"]
+        lines += [f"    memcpy(o2g_input_{i}, o2g_warmup_inputs[s][{i}], sizeof o2g_input_{i});"
+                  for i in range(len(plan.inputs)) if i not in states]
+        lines += ["}", "", "/* the state the warm-up carried into the checked step must be the emulator's */",
+                  "static const char *o2g_carried_state_differs(void)", "{"]
+        lines += [f"    if (memcmp(o2g_input_{i}, {p}_sample_input_{i}, sizeof o2g_input_{i}))\n"
+                  f"        return {c_string(plan.tensors[plan.inputs[i]].onnx_name)};" for i in sorted(states)]
+        lines += ["    return 0;", "}", ""]
+        return lines
 
     def heap_bytes(self) -> int:
         """Room for every buffer @forward allocates, all at once (o2g_heap.c frees only at the end)."""
@@ -125,16 +187,21 @@ class _Program:
         args += [f"&o2g_output_{i}_ref" for i in range(len(plan.outputs))]
         lines += ["", f"void _mlir_ciface_forward({', '.join(['void *'] * len(args))});", "",
                   "/* @forward's memrefs: dense, row-major, offset 0 (MLIR's StridedMemRefType) */",
-                  "static void o2g_forward(void)", "{"]
+                  "static void o2g_call(void)", "{"]
         refs = [(f"o2g_input_{i}", DTYPE_CTYPE[plan.tensors[tid].dtype], plan.tensors[tid].shape)
                 for i, tid in enumerate(plan.inputs)]
         refs += [(f"o2g_output_{i}", DTYPE_CTYPE[plan.tensors[tid].dtype], plan.tensors[tid].shape)
                  for i, tid in enumerate(plan.outputs)]
         for name, elem, shape in refs:
             lines += _descriptor(name, elem, shape)
+        lines += [f"    _mlir_ciface_forward({', '.join(args)});", "}", "",
+                  "/* the embedded sample's inputs, then @forward (a streaming model's state inputs hold the state",
+                  "   its warm-up steps carried) */",
+                  "static void o2g_forward(void)", "{"]
+        states = set() if self.stream is None else self.stream.state_inputs()
         lines += [f"    memcpy(o2g_input_{i}, {p}_sample_input_{i}, sizeof o2g_input_{i});"
-                  for i in range(len(plan.inputs))]
-        lines += [f"    _mlir_ciface_forward({', '.join(args)});", "}", ""]
+                  for i in range(len(plan.inputs)) if i not in states]
+        lines += ["    o2g_call();", "}", ""] + self.stream_inc()
         writer = {dense.base(t).id: k for k, s in enumerate(dense.steps) for t in s.writes() if t in dense.tensors}
         lines += ["static const struct o2g_output_check o2g_output_checks[O2G_NUM_OUTPUTS] = {"]
         for i, tid in enumerate(plan.outputs):

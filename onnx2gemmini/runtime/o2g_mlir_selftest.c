@@ -12,6 +12,9 @@
  * only on PASS; a passing CHECK_LAYERS=1 build first says how many steps it checked ("checked K of N layers:
  * all exact", or "all within tolerance": the steps hooked, and those whose model outputs are compared when
  * @forward returns; past the layer_check_bytes limit only the first steps are hooked).
+ * A streaming model (selftest_model.inc defines O2G_NUM_STATES) first runs the warm-up steps of its
+ * calibration stream, unchecked, carrying its state as the C program's <prefix>_stream_step does, and requires
+ * the state carried into the checked step to equal the emulator's ("carried the state through K steps: exact").
  * Cycles are rdcycle: on Spike, which has no timing model, they count instructions retired.
  */
 #include <stdint.h>
@@ -48,6 +51,7 @@ struct o2g_output_check {
 static unsigned long compared, differing, failures, checked;
 static unsigned long output_compared, output_differing; /* model outputs only: what the FAIL line counts */
 static int largest;
+static int checking = 1; /* 0 while a streaming model's warm-up steps run */
 
 #include "selftest_model.inc"
 
@@ -76,7 +80,7 @@ void _mlir_ciface_o2g_rt_check(int64_t hook, o2g_unranked_memref *tensor)
         unsigned long bad = 0;
         long first = -1;
         int most = 0;
-        if (ch->hook != hook)
+        if (ch->hook != hook || !checking)
             continue;
         for (i = 0; i < ch->count; i++) {
             int d = data[i] - ch->expected[i];
@@ -151,11 +155,40 @@ static unsigned long cycles(void)
 #endif
 }
 
+#ifdef O2G_NUM_STATES
+/* A streaming model: the warm-up steps of its calibration stream, unchecked, carrying the state; 0 when the
+   state carried into the checked step is the emulator's. */
+static int warm_up(void)
+{
+    const char *differs;
+    int s;
+    o2g_stream_reset();
+    checking = 0;
+    for (s = 0; s < O2G_WARMUP_STEPS; s++) {
+        o2g_warmup_inputs_of(s);
+        o2g_stream_step();
+    }
+    checking = 1;
+    differs = o2g_carried_state_differs();
+    if (differs) {
+        printf("FAIL: the state input %s carried through %d steps differs from the emulator's\n", differs,
+               O2G_WARMUP_STEPS);
+        return 1;
+    }
+    printf("carried the state through %d steps: exact\n", O2G_WARMUP_STEPS);
+    return 0;
+}
+#endif
+
 int main(void)
 {
     unsigned long start, end, layers = 0;
     int i;
 
+#ifdef O2G_NUM_STATES
+    if (warm_up())
+        return 1;
+#endif
     start = cycles();
     o2g_forward();
     end = cycles();
