@@ -321,6 +321,12 @@ class _Builder:
             if form.perm_out is not None:
                 self.node("Transpose", [product], [raw], name=f"{node.name}__out", perm=list(form.perm_out))
             self.activation_chain(node, raw)
+        elif op == "Sqrt" and node.fused.magnitude:  # sqrt(x*x + y*y) in float, one quantization (fuse_magnitude.py)
+            for k, part in enumerate(ins):
+                self.node("Mul", [part, part], [f"{out}__square{k}"], name=f"{node.name}__square{k}")
+            self.node("Add", [f"{out}__square0", f"{out}__square1"], [f"{out}__power"], name=f"{node.name}__power")
+            self.node("Sqrt", [f"{out}__power"], [f"{out}__preq"], name=node.name)
+            self.qdq(f"{out}__preq", out)
         elif op == "Mul" and node.fused.gate:  # x * f(x) in float, then one quantization (fuse_gate.py)
             gate, attrs = node.fused.gate
             self.node(gate, [ins[0]], [f"{out}__gate"], name=f"{node.name}__{gate}", **dict(attrs))

@@ -78,6 +78,9 @@ class Fused:
     # with has_normalizations): the scalar the scores were multiplied by between the two (1.0 if nothing);
     # the MatMul writes the Softmax's output
     softmax: float | None = None
+    # Sqrt(x*x + y*y) of two activations (passes/fuse_magnitude.py): the Sqrt reads x and y and computes the
+    # magnitude in float32 between their DequantizeLinear and its QuantizeLinear
+    magnitude: bool = False
     # and the constant added to the scores before the Softmax (Swin's relative position bias): its initializer;
     # it becomes the matmul's int32 bias D, one per batch
     softmax_bias: str | None = None

@@ -277,8 +277,15 @@ def _prelu(x, slope):
     return np.where(x < 0, x * slope, x)
 
 
+def _hypot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sqrt(a*a + b*b) with each product and the sum rounded to float32 (onnxruntime's Mul, Add and Sqrt in
+    the golden; C's float operations, no fused multiply-add), sqrt correctly rounded."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return np.sqrt((a * a).astype(np.float32) + (b * b).astype(np.float32))
+
+
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
-          "min": np.minimum, "prelu": _prelu}
+          "min": np.minimum, "prelu": _prelu, "hypot": _hypot}
 
 
 def binary(fn: str, operands, in_scales, out_scale, relu=False) -> np.ndarray:

@@ -375,7 +375,7 @@ def cubic_resize_case(rng, in_shape, out_shape, axes, onnx_shape=None, mode="hal
 
 
 BINARY_FNS = {"add": "O2G_ADD", "sub": "O2G_SUB", "mul": "O2G_MUL", "div": "O2G_DIV", "max": "O2G_MAX",
-              "min": "O2G_MIN", "prelu": "O2G_PRELU"}
+              "min": "O2G_MIN", "prelu": "O2G_PRELU", "hypot": "O2G_HYPOT"}
 
 
 def binary_case(rng, fn, a_shape, b_shape, a_float=False, b_float=False, relu=False, sa=0.02, sb=0.03,

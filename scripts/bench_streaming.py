@@ -16,7 +16,8 @@ Data, made locally: sentences of the Python standard library's docstrings (scrip
 calibration and evaluation from disjoint modules) spoken by espeak-ng with voices, speeds and pitches drawn
 per sentence, between pauses, over 1/f noise at 10 to 30 dB SNR (scripts/vad_audio.py). Each model runs the
 stream step by step, its state carried: fp32 (onnxruntime on the original model), onnx2gemmini's int8
-(the bit-exact emulator of the generated code, its own state carried), onnxruntime `quantize_static`
+(the bit-exact emulator of the generated code, its own state carried: the default, `--weight-scales channel`
+and `--calib-method entropy`), onnxruntime `quantize_static`
 (QDQ, int8 per tensor, MinMax, calibrated on the same stream with fp32 states) and `quantize_dynamic`.
 Figures per step: speech/no-speech (probability > 0.5) agreeing with fp32, the mean |probability - fp32's|,
 and agreement with the spoken truth (samples espeak voiced). The default's `diff` verdict over the stream is
@@ -130,14 +131,16 @@ def bench(key: str, calib_texts, eval_texts, steps: int, folder: Path, spike: Pa
     fp32 = stream_run(onnx_step(path, frozen), eval_x, name, pairs, shapes, prob)
     result = {"model": key, "file": f"{package}/{relative}", "calib_steps": len(calib_x), "eval_steps": len(eval_x),
               "speech_share": float(truth.mean()), "fp32_truth": float(np.mean((fp32 > 0.5) == truth)), "rows": []}
-    for label, scales in (("onnx2gemmini default", "sorted"), ("onnx2gemmini --weight-scales channel", "channel")):
+    for label, extra in (("onnx2gemmini default", {}), ("onnx2gemmini --weight-scales channel",
+                                                       {"weight_scales": "channel"}),
+                         ("onnx2gemmini --calib-method entropy", {"calib_method": "entropy"})):
         t = time.perf_counter()
-        compiled = o2g.compile(path, calib={name: calib_x}, states=pairs, weight_scales=scales, **options)
+        compiled = o2g.compile(path, calib={name: calib_x}, states=pairs, **extra, **options)
         seconds = time.perf_counter() - t
         ours = stream_run(compiled.run, eval_x, name, pairs, shapes, prob)
         row = {"label": label, **figures(ours, fp32, truth), "compile_s": round(seconds, 1),
                "evened": [c for c in compiled.changes if c.startswith("smooth_magnitude:")]}
-        if scales == "sorted":
+        if not extra:
             verdict = o2g.diff(compiled, data={name: eval_x})
             v = verdict["verdict"]
             row["diff"] = "PASSED" if v["passed"] else "FAILED" if v["failures"] else "ACCURACY FAILED"

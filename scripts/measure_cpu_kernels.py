@@ -271,7 +271,7 @@ def table_cases(seed: int = 0) -> list[tuple[str, dict, object]]:
         for seq, batch, hidden, dirs in ((24, 1, 128, 2), (10, 1, 32, 1), (16, 2, 64, 1), (8, 1, 256, 1)):
             add(costs.recurrent_terms(cell, seq, batch, hidden, dirs),
                 bs.recurrent_case(r, cell, seq, batch, hidden, dirs, wide=True))
-    for fn in ("add", "sub", "mul", "div", "max", "min", "prelu"):
+    for fn in ("add", "sub", "mul", "div", "max", "min", "prelu", "hypot"):
         for kinds in BINARY_KINDS:
             geos = ((1, 400), (50, 8), (20, 64), (6, 200)) if set(kinds) == {"Q", "S"} else \
                 ((1, 2000), (200, 8), (40, 64), (6, 600))

@@ -245,7 +245,7 @@ class Affine(CpuKernel):
         return FLOAT_REORDERING
 
 
-BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "prelu")
+BINARY_FNS = ("add", "sub", "mul", "div", "max", "min", "prelu", "hypot")
 OPERAND = Struct("o2g_operand", (("data", In("int8_t", "float")), ("is_float", Int()), ("scale", Float()),
                                  ("strides", List("int"))))
 BINARY = CFunction("o2g_binary", (("fn", Int("int", tuple(f"O2G_{f.upper()}" for f in BINARY_FNS))),

@@ -127,7 +127,10 @@ class _LutHandler(Handler):
     limits = "1 LSB tolerance vs onnxruntime's float evaluation"
 
     def lower(self, node: NodeView, ctx: LowerContext) -> Lowered:
-        x = ctx.tensor(node.inputs[0])
+        if node.fused.magnitude:  # sqrt(x*x + y*y) of two activations (passes/fuse_magnitude.py)
+            from .binary import lower_binary
+            return lower_binary(node, ctx, "sqrt(x*x + y*y): the magnitude of two int8 tensors in float32, the "
+                                "squares never rounded to int8", fn="hypot")
         return lut_step(node, ctx, FUNCTIONS[node.op_type], dict(node.attrs), node.op_type)
 
     def writes_float(self, node: NodeView) -> bool:

@@ -16,8 +16,9 @@ NAMES = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "
          "PRelu": "prelu"}
 
 
-def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
-    """Two operands (activations or constants) with ONNX broadcasting, in NHWC when the activations are."""
+def lower_binary(node: NodeView, ctx: LowerContext, reason: str, fn: str | None = None) -> Lowered:
+    """Two operands (activations or constants) with ONNX broadcasting, in NHWC when the activations are;
+    `fn`: the kernel's function (default: the node's op)."""
     lowered = Lowered()
     out_shape = node.shape(node.output)
     acts = [ctx.tensor(t) for t in node.inputs if not node.is_const(t)]
@@ -42,7 +43,7 @@ def lower_binary(node: NodeView, ctx: LowerContext, reason: str) -> Lowered:
     y = ctx.output(node.output, shape, "NHWC" if nhwc else "plain")
     lowered.tensors.append(y)
     lowered.steps.append(CpuOp(node.name, inputs=tuple(operands), outputs=(y.id,),
-                               params=cpu.Binary(NAMES[node.op_type], tuple(scales), y.scale, node.fused.relu),
+                               params=cpu.Binary(fn or NAMES[node.op_type], tuple(scales), y.scale, node.fused.relu),
                                reason=reason))
     return lowered
 

@@ -10,13 +10,14 @@ from typing import Callable
 from ..config import GemminiConfig
 from ..graph import Graph
 from . import (bias_add, bn_affine, bn_fold, conv1d, drop_empty, einsum_weights, equalize, fuse_activation,
-               fuse_elementwise, fuse_gate, fuse_mask, fuse_maxpool, index_paths, input_mask,
+               fuse_elementwise, fuse_gate, fuse_magnitude, fuse_mask, fuse_maxpool, index_paths, input_mask,
                outer_product, qdq_import, recurrent_projection, scatter_block, sort_channels)
 
 Pass = Callable[[Graph, GemminiConfig], list[str]]
 
 # Order matters: per-channel Mul/Add merge into the BN, BN folds into the conv, then the bias add and the
-# activation attach to it; x * f(x) becomes one table; attention masks are recognized before any other
+# activation attach to it; x * f(x) becomes one table; sqrt(x*x + y*y) one step (before the squares can become
+# tables); attention masks are recognized before any other
 # elementwise chain of one tensor becomes a table (a mask's Sub and Mul are one); a 1-D conv becomes 2-D
 # last, its fusions kept. An LSTM/GRU's input projection becomes a MatMul (with its bias)
 # before anything else looks at MatMuls.
@@ -33,6 +34,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fuse_activation", fuse_activation.run),
     ("fuse_maxpool", fuse_maxpool.run),
     ("fuse_gate", fuse_gate.run),
+    ("fuse_magnitude", fuse_magnitude.run),
     ("fuse_mask", fuse_mask.run),
     ("input_mask", input_mask.run),
     ("index_paths", index_paths.run),

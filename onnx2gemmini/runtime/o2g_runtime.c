@@ -1826,6 +1826,14 @@ O2G_INLINE float o2g_binary_fn(int fn, float a, float b)
             return a;
         r = a * b;
         break;
+    case O2G_HYPOT: {
+        float aa = a * a, bb = b * b;
+        O2G_KEEP(aa);
+        O2G_KEEP(bb);
+        r = aa + bb;
+        O2G_KEEP(r);
+        return sqrtf(r);
+    }
     default:
         return a < b ? a : b;
     }

@@ -164,7 +164,8 @@ void o2g_lut_f32(const int8_t *x, float *y, size_t count, const float *table);
  * result is quantized with out_scale (then ReLU when relu): infinities saturate, NaN becomes the
  * lower bound (-128, or 0 under ReLU) as in o2g_quantize. Exact. */
 /* O2G_PRELU: a < 0 ? a * b : a (b the slope) */
-enum o2g_binary_fn { O2G_ADD, O2G_SUB, O2G_MUL, O2G_DIV, O2G_MAX, O2G_MIN, O2G_PRELU };
+/* O2G_HYPOT: sqrt(a * a + b * b), each product and the sum rounded (a spectrum's magnitude) */
+enum o2g_binary_fn { O2G_ADD, O2G_SUB, O2G_MUL, O2G_DIV, O2G_MAX, O2G_MIN, O2G_PRELU, O2G_HYPOT };
 struct o2g_operand {
     const void *data;
     int is_float;        /* 1: float32 data; 0: int8 data at `scale` */
