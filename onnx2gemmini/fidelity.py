@@ -5,6 +5,8 @@ keeps the model's meaning, and a bug shared by the emulator and the golden passe
 judged against the user's original model, with the figure its users read, against a floor:
 
 * classification (a class axis last: logits or probabilities): top-1 agreement with the original;
+* decisions (a Sigmoid's few probabilities per sample, e.g. a voice-activity detector's): agreement of each
+  yes/no at 0.5 with the original, floored like top-1 agreement;
 * embeddings and features (a transformer's hidden states, a pooled vector): cosine, per sample;
 * an output a Concat joins with per-part scales (a detector's boxes and class scores): each part's SQNR;
 * anything else (maps, regressions): SQNR;
@@ -42,7 +44,7 @@ import onnx
 from .metrics import cosine, sqnr_db
 from .per_output import per_output
 
-DEFAULT_FLOORS = {"classification": {"top1": 0.95}, "embedding": {"cosine": 0.99},
+DEFAULT_FLOORS = {"classification": {"top1": 0.95}, "decision": {"top1": 0.95}, "embedding": {"cosine": 0.99},
                   "joined": {"sqnr": 10.0}, "map": {"sqnr": 10.0},
                   # a streaming model's state output (--state): its drift is judged through the outputs it feeds
                   "state": {}}
@@ -54,6 +56,10 @@ WILSON_Z = 1.6449
 # Names that say "a vector of features", not "scores over classes".
 EMBEDDING_NAME = re.compile(r"embed|hidden|pool|feature|vector|encod|sentence", re.I)
 CLASS_OPS = frozenset({"Softmax", "LogSoftmax"})
+# A Sigmoid's few probabilities per sample are yes/no decisions (a voice-activity detector's speech
+# probability); more are a map (a mask, a detector's score grid).
+DECISION_VALUES = 16
+VIEW_OPS = frozenset({"Squeeze", "Unsqueeze", "Reshape", "Flatten", "Identity"})
 # What ends a sentence or image encoder: a mean over tokens (masked: a sum divided by the count), a norm.
 POOLING_OPS = frozenset({"Div", "ReduceMean", "ReduceSum", "LpNormalization", "GlobalAveragePool"})
 
@@ -112,6 +118,9 @@ def output_kind(original: onnx.ModelProto | None, graph, name: str, shape: tuple
     op = producer.op_type if producer is not None else ""
     if op in CLASS_OPS and len(shape) >= 2 and shape[-1] >= 2 and _last_axis(producer, len(shape)):
         return "classification", f"a {op} over its last axis"
+    if _through_views(graph, name) == "Sigmoid" and 0 < math.prod(shape) <= DECISION_VALUES:
+        return "decision", f"{math.prod(shape)} Sigmoid probabilit{'y' if math.prod(shape) == 1 else 'ies'} per " \
+                           f"sample: yes/no decisions at 0.5"
     if EMBEDDING_NAME.search(name):
         return "embedding", f"its name '{name}' says features"
     if len(shape) == 2 and shape[-1] >= 16 and op in POOLING_OPS:
@@ -121,6 +130,15 @@ def output_kind(original: onnx.ModelProto | None, graph, name: str, shape: tuple
     if len(shape) == 3 and shape[-1] >= 16 and op in ("LayerNormalization", "Add", "Gemm", "MatMul", "Div", "Mul"):
         return "embedding", f"[batch, tokens, {shape[-1]}] from a {op}: per-token features"
     return "map", "a map or regression"
+
+
+def _through_views(graph, name: str) -> str:
+    """The op that computes `name` in the rewritten graph (where the user's model's If branches are folded),
+    past reshapes and squeezes; "" without one."""
+    node = None if graph is None else graph.producer(name)
+    while node is not None and node.op_type in VIEW_OPS and node.inputs:
+        node = graph.producer(node.inputs[0])
+    return "" if node is None else node.op_type
 
 
 def _producer(original, graph, name):
@@ -159,7 +177,11 @@ def judge_output(name: str, kind: str, why: str, floors: dict[str, float], ref: 
     figures = {"sqnr_db": sqnr_db(r, q), "cosine": cosine(r, q),
                "cosine_mean": float(np.mean(per_sample)) if per_sample else 1.0,
                "cosine_worst": float(np.min(per_sample)) if per_sample else 1.0, "top1_agreement": None}
-    if r.ndim >= 2 and r.shape[-1] >= 2:
+    if kind == "decision":  # each probability a yes/no at 0.5
+        same = (r > 0.5) == (q > 0.5)
+        figures.update(top1_agreement=float(np.mean(same)), top1_compared=int(same.size),
+                       top1_upper=wilson_upper(int(np.sum(same)), int(same.size)))
+    elif r.ndim >= 2 and r.shape[-1] >= 2:
         a = r.reshape(-1, r.shape[-1]).argmax(-1)
         b = q.reshape(-1, q.shape[-1]).argmax(-1)
         figures.update(top1_agreement=float(np.mean(a == b)), top1_compared=int(a.size),

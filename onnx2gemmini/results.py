@@ -147,7 +147,7 @@ class WeightCheck(TypedDict):
 
 class Fidelity(TypedDict):
     """One output judged against the user's original model (fidelity.py)."""
-    kind: str                      # classification | embedding | joined | map | state
+    kind: str                      # classification | decision | embedding | joined | map | state
     kind_why: str
     against: str                   # "the original model", or what stood in and why
     vs_original: VsOriginal

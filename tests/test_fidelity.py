@@ -241,3 +241,24 @@ def test_an_original_that_cannot_run_is_said_and_fp32_stands_in(monkeypatch):
     assert f["against"].startswith("the rewritten graph's fp32") and f["passed"]
     proc = run("diff", MODEL, "--calib", CALIB, "--data", EVAL, "--num-samples", "4")
     assert "not compared with the original model" not in proc.stdout  # said only when it happens
+
+
+def test_a_sigmoid_probability_is_judged_by_its_decisions():
+    """A detector's speech probability: its yes/no at 0.5 must agree with the original's, within sampling noise:
+    a probability flipped on one step in ten fails, one moved by 0.015 that stays on its side passes."""
+    from onnx2gemmini.graph import from_onnx
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])
+    y = helper.make_tensor_value_info("p", TensorProto.FLOAT, [1])
+    axes = onnx.numpy_helper.from_array(np.array([0], np.int64), "axes")
+    model = helper.make_model(helper.make_graph([helper.make_node("Sigmoid", ["x"], ["s"]),
+                                                 helper.make_node("Squeeze", ["s", "axes"], ["p"])], "g", [x], [y],
+                                                [axes]))
+    model = onnx.shape_inference.infer_shapes(model)
+    kind, why = fidelity.output_kind(model, from_onnx(model), "p", (1,), False)
+    assert kind == "decision", why
+    ref = [np.array([v]) for v in np.linspace(0.02, 0.98, 400)]
+    near = [r + np.where(r > 0.5, 0.015, -0.015) for r in ref]  # stays on its side
+    crossing = [1 - r if k % 10 == 0 else r for k, r in enumerate(ref)]  # one step in ten flips
+    assert fidelity.judge_output("p", kind, why, fidelity.DEFAULT_FLOORS["decision"], ref, near)["passed"]
+    judged = fidelity.judge_output("p", kind, why, fidelity.DEFAULT_FLOORS["decision"], ref, crossing)
+    assert not judged["passed"] and "decisions" in judged["failures"][0]

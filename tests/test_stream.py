@@ -64,7 +64,7 @@ def test_diff_carries_both_streams(compiled):
     own fp32 stream: the figure equals an independent computation of the two streams."""
     cell, model, c = compiled
     x = chunks(120, seed=3)
-    result = o2g.diff(c, data={"x": x}, min_sqnr="none")
+    result = o2g.diff(c, data={"x": x}, min_sqnr="none", min_top1="none")  # random weights: no claim
     assert result["verdict"]["passed"], result["verdict"]
     assert result["stream"]["steps"] == 120
     assert result["stream"]["judged_against"] == "the original model's own fp32 stream"
