@@ -20,8 +20,9 @@ stream step by step, its state carried: fp32 (onnxruntime on the original model)
 and `--calib-method entropy`), onnxruntime `quantize_static`
 (QDQ, int8 per tensor, MinMax, calibrated on the same stream with fp32 states) and `quantize_dynamic`.
 Figures per step: speech/no-speech (probability > 0.5) agreeing with fp32, the mean |probability - fp32's|,
-and agreement with the spoken truth (samples espeak voiced). The default's `diff` verdict over the stream is
-printed too; `--spike OUT` writes each default compile under OUT for `make baremetal` on Spike.
+and agreement with the spoken truth (samples espeak voiced). Each of our rows' `diff` verdict over the stream
+is printed too, with its output SQNR against the original's fp32 stream; `--spike OUT` writes each default
+compile under OUT for `make baremetal` on Spike.
 """
 from __future__ import annotations
 
@@ -140,11 +141,12 @@ def bench(key: str, calib_texts, eval_texts, steps: int, folder: Path, spike: Pa
         ours = stream_run(compiled.run, eval_x, name, pairs, shapes, prob)
         row = {"label": label, **figures(ours, fp32, truth), "compile_s": round(seconds, 1),
                "evened": [c for c in compiled.changes if c.startswith("smooth_magnitude:")]}
+        verdict = o2g.diff(compiled, data={name: eval_x})
+        v = verdict["verdict"]
+        row["diff"] = "PASSED" if v["passed"] else "FAILED" if v["failures"] else "ACCURACY FAILED"
+        row["diff_failures"] = (v["failures"] + v.get("accuracy_failures", []))[:3]
+        row["diff_output"] = {k: verdict["fidelity"][prob]["vs_original"][k] for k in ("sqnr_db", "top1_agreement")}
         if not extra:
-            verdict = o2g.diff(compiled, data={name: eval_x})
-            v = verdict["verdict"]
-            row["diff"] = "PASSED" if v["passed"] else "FAILED" if v["failures"] else "ACCURACY FAILED"
-            row["diff_failures"] = (v["failures"] + v.get("accuracy_failures", []))[:3]
             if spike is not None:
                 spike.mkdir(parents=True, exist_ok=True)
                 compiled.write(spike / key, emit="c", force=True)
@@ -171,7 +173,7 @@ def markdown(results: list[dict]) -> str:
             if "refused" in row:
                 lines.append(f"| {head} | {md(row['label'])} | {md(row['refused'])} | | |")
                 continue
-            verdict = f"; diff: {row['diff']}" if "diff" in row else ""
+            verdict = f"; diff: {row['diff']} ({row['diff_output']['sqnr_db']:.1f} dB)" if "diff" in row else ""
             lines.append(f"| {head} | {md(row['label'])}{md(verdict)} | {row['agreement']:.3f} | "
                          f"{row['mean_abs_diff']:.3f} | {row['truth']:.3f} ({r['fp32_truth']:.3f}) |")
             head = ""
