@@ -3,6 +3,7 @@ quantize -> plan. Writing artifacts and running the plan hang off the result."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -132,13 +133,13 @@ def _feed(info: ValueInfo, value, shape: tuple[int, ...]) -> np.ndarray:
 
 def prepare(model_path, input_shape=None, config=None, equalize: bool = False, sort_channels: bool = False,
             input_values=None, calibrated=None) -> tuple[LoadedModel, Graph, GemminiConfig, list[str]]:
-    """Load, check and rewrite a model, and pre-flight it (no data needed; `calibrated(graph)`, if given,
-    runs the rewrites that need data between the default and the optional passes: run_passes)."""
+    """Load, check and rewrite a model, and pre-flight it (no data needed). `calibrated(graph, loaded, cfg)`, if
+    given, runs the rewrites that need data between the default and the optional passes (run_passes)."""
     cfg = load_config(config)
     loaded = load(model_path, parse_input_shapes(input_shape), input_values=frozen_inputs.parse(input_values))
     optional = ("equalize",) * equalize + ("sort_channels",) * sort_channels
     graph, changes = run_passes(from_onnx(loaded.model), cfg, optional,
-                                None if calibrated is None else lambda g: calibrated(g, loaded))
+                                None if calibrated is None else lambda g: calibrated(g, loaded, cfg))
     preflight(graph)
     return loaded, graph, cfg, changes
 
@@ -252,7 +253,7 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     warnings: list[str] = []
     loading: dict = {}
 
-    def calibrated(graph: Graph, loaded: LoadedModel) -> list[str]:
+    def calibrated(graph: Graph, loaded: LoadedModel, cfg: GemminiConfig) -> list[str]:
         """The calibration data, read once the default passes have run (the model's inputs and the float
         function are final then), and the rewrites that need it."""
         stream.check(pairs, {i.name: (i.shape, i.dtype) for i in graph.inputs},
@@ -260,14 +261,12 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
         loading["data"] = data = _calibration_data(graph, calib, num_calib, pairs, warnings)
         if data is None:
             return []
-        if not smooth_magnitude.find(graph):
-            return []
-        dim = load_config(config).dim
-        float_model = build_float(graph)
-        lines = smooth_magnitude.run(graph, float_model, lambda tensors: channel_ranges(float_model, data, tensors),
-                                     lambda tensors, count: sample_values(float_model, data, tensors, count),
-                                     {"groups": dim, "channel": 1}.get(weight_scales, 0),
-                                     dim if weight_scales == "sorted" else 0)
+        float_model = functools.cache(lambda: build_float(graph))  # built only for a model with the pattern
+        lines = smooth_magnitude.run(graph, float_model,
+                                     lambda tensors: channel_ranges(float_model(), data, tensors),
+                                     lambda tensors, count: sample_values(float_model(), data, tensors, count),
+                                     {"groups": cfg.dim, "channel": 1}.get(weight_scales, 0),
+                                     cfg.dim if weight_scales == "sorted" else 0)
         return [f"smooth_magnitude: {line}" for line in lines]
 
     with phase("load"):

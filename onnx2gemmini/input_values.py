@@ -12,13 +12,13 @@ one UsageError: an input the model lacks or does not read, a value its type cann
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from .errors import UsageError
+from .per_output import named
 
 MAX_VALUES = 4096  # a frozen input is a small constant (a rate, a flag, a table), not data
 _NUMBER_KINDS = "biuf"
@@ -27,22 +27,12 @@ _NUMBER_KINDS = "biuf"
 def parse(specs) -> dict[str, list]:
     """`NAME=V[,V...]` strings (or one such string), or a {name: value} mapping -> {name: raw value}; the
     values are typed against the model later (`freeze`)."""
-    if not specs:
-        return {}
-    if isinstance(specs, str):
-        specs = [specs]
-    if isinstance(specs, Mapping):
-        return {str(k): v for k, v in specs.items()}
-    if not isinstance(specs, (list, tuple)):
-        raise UsageError(f"input_values: expected NAME=V strings or a {{name: value}} dict, "
-                         f"got {type(specs).__name__}")
+    mapping, items = named(specs, "--input-value", "NAME=V", last=False)
+    if mapping is not None:
+        return {str(k): v for k, v in mapping.items()}
     values = {}
-    for spec in specs:
-        if not isinstance(spec, str):
-            raise UsageError(f"--input-value {spec!r}: expected a NAME=V string")
-        name, sep, text = spec.partition("=")
-        name = name.strip()
-        if not sep or not name or not text.strip():
+    for spec, name, text in items:
+        if not name or not text.strip():
             raise UsageError(f"--input-value '{spec}': expected NAME=V (a number, or numbers separated by commas)")
         if name in values:
             raise UsageError(f"--input-value: '{name}' given twice")

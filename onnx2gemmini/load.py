@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper, shape_inference, version_converter
 from . import dynamic_quant, fold_shapes, input_values as frozen_inputs, limits, qlinear
 from .passes import fuse_mask
 from .errors import ModelError, UsageError
+from .per_output import named
 
 log = logging.getLogger("onnx2gemmini")
 
@@ -52,22 +53,13 @@ def parse_input_shapes(specs: "list[str] | tuple[str, ...] | str | dict | None")
     Every dimension must be a positive integer within the max_dim limit: a 20-digit dimension is a bad
     option (exit 2), not an overflow deep inside onnx.
     """
-    if not specs:
-        return {}
-    if isinstance(specs, str):
-        specs = [specs]
-    if isinstance(specs, dict):
-        return {str(k): _checked_dims(k, v, f"input_shape[{k!r}]") for k, v in specs.items()}
-    if not isinstance(specs, (list, tuple)):
-        raise UsageError(f"input_shape: expected NAME=D1xD2x... strings or a {{name: dims}} dict, "
-                         f"got {type(specs).__name__}")
+    mapping, items = named(specs, "--input-shape", "NAME=D1xD2x...")
+    if mapping is not None:
+        return {str(k): _checked_dims(k, v, f"input_shape[{k!r}]") for k, v in mapping.items()}
     shapes = {}
-    for spec in specs:
-        if not isinstance(spec, str):
-            raise UsageError(f"--input-shape {spec!r}: expected a NAME=D1xD2x... string")
-        name, sep, dims = spec.rpartition("=")
+    for spec, name, dims in items:
         parts = dims.lower().split("x")
-        if not sep or not name or not all(p.isdigit() for p in parts):
+        if not name or not all(p.isdigit() for p in parts):
             raise UsageError(f"--input-shape '{spec}': expected NAME=D1xD2x... with positive integers")
         shapes[name] = _checked_dims(name, [int(p) for p in parts], f"--input-shape '{spec}'")
     return shapes

@@ -18,39 +18,27 @@ quantized again as the input at the next step.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .data import Dataset
 from .errors import UsageError
+from .per_output import named
 
 StatePairs = tuple[tuple[str, str], ...]  # (output, input) pairs
 
 
 def parse(specs) -> StatePairs:
     """`OUT=IN` strings (or one such string), or a {output: input} mapping -> ((output, input), ...)."""
-    if not specs:
-        return ()
-    if isinstance(specs, str):
-        specs = [specs]
-    if isinstance(specs, Mapping):
-        items = [(str(k), str(v)) for k, v in specs.items()]
-    elif isinstance(specs, (list, tuple)):
-        items = []
-        for spec in specs:
-            if isinstance(spec, (list, tuple)) and len(spec) == 2:
-                items.append((str(spec[0]), str(spec[1])))
-                continue
-            out, sep, inp = spec.partition("=") if isinstance(spec, str) else ("", "", "")
-            if not sep or not out.strip() or not inp.strip():
-                raise UsageError(f"--state {spec!r}: expected OUTPUT=INPUT (the output fed back as that input "
-                                 f"at the next step)")
-            items.append((out.strip(), inp.strip()))
-    else:
-        raise UsageError(f"states: expected OUTPUT=INPUT strings or an {{output: input}} dict, "
-                         f"got {type(specs).__name__}")
+    mapping, specs = named(specs, "--state", "OUTPUT=INPUT", last=False)
+    items = [(str(k), str(v)) for k, v in mapping.items()] if mapping is not None else []
+    for spec, out, inp in specs:
+        if not out or not inp.strip():
+            raise UsageError(f"--state {spec!r}: expected OUTPUT=INPUT (the output fed back as that input "
+                             f"at the next step)")
+        items.append((out, inp.strip()))
     for kind, names in (("output", [o for o, _ in items]), ("input", [i for _, i in items])):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:

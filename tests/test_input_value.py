@@ -1,5 +1,6 @@
 """`--input-value NAME=V`: an input frozen before simplification, so the branches on it fold away; the
 original model is fed the same value by diff; every bad declaration is one usage error."""
+import dataclasses
 import json
 
 import numpy as np
@@ -36,18 +37,20 @@ def test_frozen_rate_removes_the_if():
 
 @pytest.mark.parametrize("rate", [16000, 8000])
 def test_diff_feeds_the_original_the_frozen_value(rate):
-    """The If's two branches scale the chunk differently: had the original model been fed another rate than
-    the compiled one froze, the rewritten graph's fp32 would miss it by far more than the 60 dB diff allows."""
+    """The If's two branches scale the chunk differently: diff feeds the original model the rate the compile
+    froze, so the rewritten graph's fp32 matches it. Negative control: the same compile with the other rate
+    recorded as frozen (what diff would do if it fed the original a value of its own) fails the 60 dB check."""
     data = {"x": chunks(12, 1), "state": np.zeros((12, 1, 1, 16), np.float32)}
-    result = o2g.diff(streaming_model("GRU"), data=data, calib=data, input_values=[f"sr={rate}"],
-                      min_sqnr="none", min_top1="none")
+    compiled = o2g.compile(streaming_model("GRU"), calib=data, input_values=[f"sr={rate}"])
+    result = o2g.diff(compiled, data=data, min_sqnr="none", min_top1="none")
     assert result["verdict"]["passed"], result["verdict"]
     for name in ("prob", "stateN"):
         assert result["outputs"][name]["fp32_vs_original"]["sqnr_db"] > 100
-    other = o2g.diff(streaming_model("GRU"), data=data, calib=data, input_values={"sr": 24000 - rate},
-                     min_sqnr="none", min_top1="none")
-    ours = result["fidelity"]["stateN"]["vs_original"]["sqnr_db"]
-    assert abs(other["fidelity"]["stateN"]["vs_original"]["sqnr_db"] - ours) < 30  # both judged on their own rate
+    wrong = {"sr": np.array(24000 - rate, np.int64)}
+    mislabelled = dataclasses.replace(compiled, loaded=dataclasses.replace(compiled.loaded, input_values=wrong))
+    result = o2g.diff(mislabelled, data=data, min_sqnr="none", min_top1="none")
+    assert not result["verdict"]["passed"]
+    assert result["outputs"]["stateN"]["fp32_vs_original"]["sqnr_db"] < 60
 
 
 def test_report_records_the_frozen_value(model_file, tmp_path):
