@@ -322,13 +322,14 @@ def _compile(model, calib, config, input_shape, num_calib, calib_method, equaliz
     if head is not None:  # a copy: a slice would keep the whole calibration set alive
         head = Dataset({k: v.copy() for k, v in head.inputs.items()}, None, head.source)
     real = calibration_sample(plan, head) if calib is not None else None
-    sample = default_sample(plan) if real is None else real
-    what = "calibration sample 0" if real is not None else "seeded noise"
     streamed = None
     if pairs:  # the self-test runs the first steps of the stream, the last one checked
-        steps = _first_steps(plan, head if calib is not None else None, stream.SELFTEST_WARMUP + 1)
+        steps = _first_steps(plan, head if real is not None else None, stream.SELFTEST_WARMUP + 1)
         sample, streamed = stream.selftest_case(plan, pairs, steps, lambda s: dequantize(plan, Emulator(plan).run(s)))
         what = f"step {len(steps) - 1} of the {'calibration stream' if real is not None else 'seeded noise'}"
+    else:
+        sample = default_sample(plan) if real is None else real
+        what = "calibration sample 0" if real is not None else "seeded noise"
     warnings += sample_warnings(plan, sample, what)
     return Compiled(loaded, graph, quant, plan, cfg, changes, timing, warnings, calib_head=head,
                     selftest_sample=sample, calibration=calibration, limits=limits_mod.current(), states=pairs,
