@@ -27,7 +27,7 @@ _NUMBER_KINDS = "biuf"
 def parse(specs) -> dict[str, list]:
     """`NAME=V[,V...]` strings (or one such string), or a {name: value} mapping -> {name: raw value}; the
     values are typed against the model later (`freeze`)."""
-    mapping, items = named(specs, "--input-value", "NAME=V", last=False)
+    mapping, items = named(specs, "--input-value", "input_values", "NAME=V", last=False)
     if mapping is not None:
         return {str(k): v for k, v in mapping.items()}
     values = {}

@@ -53,7 +53,7 @@ def parse_input_shapes(specs: "list[str] | tuple[str, ...] | str | dict | None")
     Every dimension must be a positive integer within the max_dim limit: a 20-digit dimension is a bad
     option (exit 2), not an overflow deep inside onnx.
     """
-    mapping, items = named(specs, "--input-shape", "NAME=D1xD2x...")
+    mapping, items = named(specs, "--input-shape", "input_shape", "NAME=D1xD2x...")
     if mapping is not None:
         return {str(k): _checked_dims(k, v, f"input_shape[{k!r}]") for k, v in mapping.items()}
     shapes = {}

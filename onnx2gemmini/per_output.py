@@ -40,11 +40,12 @@ def _split(text: str) -> tuple[str | None, str]:
     return (name if sep else None), value
 
 
-def named(specs, option: str, form: str, last: bool = True) -> tuple[dict | None, list[tuple[str, str, str]]]:
+def named(specs, option: str, api: str, form: str, last: bool = True) -> tuple[dict | None, list[tuple[str, str, str]]]:
     """The forms a NAME=VALUE option takes: nothing (None or empty), one string, a list or tuple of strings, or
     a mapping {name: value}. Returns (the mapping, or None) and, for strings, [(spec, name, value text)], each
     split at its last '=' (`last`, a name may then hold '=') or its first; a string without '=' gives an empty
-    name. Anything else is one UsageError naming `option` and the expected `form`."""
+    name. Anything else is one UsageError naming the API's keyword `api` (a value of the wrong type) or the
+    command line's `option` (an item that is not a string), and the expected `form`."""
     if not specs:
         return None, []
     if isinstance(specs, Mapping):
@@ -52,7 +53,7 @@ def named(specs, option: str, form: str, last: bool = True) -> tuple[dict | None
     if isinstance(specs, str):
         specs = [specs]
     if not isinstance(specs, (list, tuple)):
-        raise UsageError(f"{option}: expected {form} strings or a {{name: value}} dict, got {type(specs).__name__}")
+        raise UsageError(f"{api}: expected {form} strings or a {{name: value}} dict, got {type(specs).__name__}")
     items = []
     for spec in specs:
         if not isinstance(spec, str):

@@ -32,7 +32,7 @@ StatePairs = tuple[tuple[str, str], ...]  # (output, input) pairs
 
 def parse(specs) -> StatePairs:
     """`OUT=IN` strings (or one such string), or a {output: input} mapping -> ((output, input), ...)."""
-    mapping, specs = named(specs, "--state", "OUTPUT=INPUT", last=False)
+    mapping, specs = named(specs, "--state", "states", "OUTPUT=INPUT", last=False)
     items = [(str(k), str(v)) for k, v in mapping.items()] if mapping is not None else []
     for spec, out, inp in specs:
         if not out or not inp.strip():

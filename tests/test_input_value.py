@@ -95,3 +95,10 @@ def test_values_take_the_declared_type_and_shape():
     assert input_values.parse(["a=1,2", "b=3"]) == {"a": ["1", "2"], "b": ["3"]}
     with pytest.raises(UsageError, match="given twice"):
         input_values.parse(["a=1", "a=2"])
+
+
+def test_a_value_of_the_wrong_type_names_the_keyword():
+    with pytest.raises(UsageError, match=r"^input_values: expected NAME=V strings"):
+        o2g.compile(streaming_model("GRU"), input_values=5)
+    with pytest.raises(UsageError, match=r"^states: expected OUTPUT=INPUT strings"):
+        o2g.compile(streaming_model("GRU"), input_values={"sr": 16000}, states=5)
